@@ -1,0 +1,273 @@
+/* Fibers: creation, the switch, suspension, symmetric transfer, exit.
+ *
+ * Every switch carries a message (who switched, why, and an optional hook)
+ * to the side that lands; the landing side records the switcher's context
+ * and runs the hook on its own stack. That single mechanism gives resume,
+ * suspend, suspend-with-hook (what iof_await is built on), transfer, and a
+ * safe exit: a finished fiber is freed by the landing side, after the last
+ * switch away from it. */
+#include "fiber/fiber_internal.h"
+#include "fiber/sanitizer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+enum switch_kind { SW_RESUME, SW_SUSPEND, SW_EXIT };
+
+typedef struct switch_msg {
+  iof_fiber *from;
+  iof_fiber *to;
+  iof_fiber_hook hook;
+  void *arg;
+  int kind;
+} switch_msg;
+
+static __thread iof_thread_state tls_state
+    __attribute__((tls_model("initial-exec")));
+
+static pthread_key_t thread_key;
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+
+static void thread_exit(void *p) {
+  iof_thread_state *th = p;
+  if (th->root.fls) iof__fls_run_destructors(&th->root);
+}
+
+static void make_thread_key(void) {
+  (void)pthread_key_create(&thread_key, thread_exit);
+}
+
+static __attribute__((noinline)) void thread_init(iof_thread_state *th) {
+  th->root.state = IOF_FS_RUNNING;
+  th->current = &th->root;
+#ifdef IOF_TSAN
+  th->root.tsan_fiber = __tsan_get_current_fiber();
+#endif
+  pthread_once(&thread_key_once, make_thread_key);
+  (void)pthread_setspecific(thread_key, th);
+  iof__overflow_thread_init();
+  th->ready = 1;
+}
+
+__attribute__((noinline)) iof_thread_state *iof__thread(void) {
+  iof_thread_state *th = &tls_state;
+  if (__builtin_expect(!th->ready, 0)) thread_init(th);
+  return th;
+}
+
+iof_thread_state *iof__thread_peek(void) {
+  return tls_state.ready ? &tls_state : NULL;
+}
+
+size_t iof__page_size(void) {
+  static size_t page;
+  if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+  return page;
+}
+
+/* Runs first on the landing side of every switch. Everything is copied out
+ * of the message before the hook runs: the hook may publish `from`, which
+ * can then run (and reuse its stack) on another thread. */
+static inline iof_fiber *land(iof_transfer t) {
+  switch_msg *m = t.data;
+  iof_fiber *from = m->from;
+  iof_fiber_hook hook = m->hook;
+  void *arg = m->arg;
+  int kind = m->kind;
+#ifdef IOF_ASAN
+  iof_fiber *to = m->to;
+  __sanitizer_finish_switch_fiber(to->asan_fake, &from->stack_lo,
+                                  &from->stack_len);
+#endif
+  from->ctx = t.fctx;
+  if (kind == SW_SUSPEND) {
+    from->state = IOF_FS_SUSPENDED;
+    return hook ? hook(from, arg) : NULL;
+  }
+  if (kind == SW_EXIT) {
+    from->state = IOF_FS_DONE;
+    if (from->on_exit) from->on_exit(from);
+  }
+  return NULL;
+}
+
+static inline iof_fiber *do_switch(iof_thread_state *th, iof_fiber *from,
+                                   iof_fiber *to, int kind, iof_fiber_hook hook,
+                                   void *arg) {
+  switch_msg m = {from, to, hook, arg, kind};
+  th->current = to;
+#ifdef IOF_ASAN
+  __sanitizer_start_switch_fiber(kind == SW_EXIT ? NULL : &from->asan_fake,
+                                 to->stack_lo, to->stack_len);
+#endif
+#ifdef IOF_TSAN
+  __tsan_switch_to_fiber(to->tsan_fiber, 0);
+#endif
+  iof_transfer t = jump_fcontext(to->ctx, &m);
+  return land(t);
+}
+
+static void fiber_entry(iof_transfer t) {
+  switch_msg *m = t.data;
+  iof_fiber *self = m->to;
+  (void)land(t);
+  self->status = self->fn(self->arg);
+  if (self->fls) iof__fls_run_destructors(self);
+  iof_thread_state *th = iof__thread();
+  do_switch(th, self, self->resumer, SW_EXIT, NULL, NULL);
+  __builtin_unreachable();
+}
+
+iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
+                                iof_fn fn, void *arg, size_t extra,
+                                void **extra_out) {
+  if (!fn || stack_size < IOF_FIBER_STACK_MIN ||
+      stack_size > IOF_FIBER_STACK_MAX || extra > 4096) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (!alloc) alloc = iof_default_frame_allocator();
+  size_t page = iof__page_size();
+  size_t size = (stack_size + page - 1) & ~(page - 1);
+  char *base = alloc->vtbl->allocate(alloc, size);
+  if (!base) {
+    if (!errno) errno = ENOMEM;
+    return NULL;
+  }
+  /* The control block and the extra area share the top page with the first
+   * stack frames, so an idle fiber touches one or two pages. */
+  extra = (extra + 15) & ~(size_t)15;
+  uintptr_t top = (uintptr_t)base + size;
+  uintptr_t cb = (top - sizeof(iof_fiber) - extra) & ~(uintptr_t)63;
+  iof_fiber *f = (iof_fiber *)cb;
+  memset(f, 0, sizeof *f + extra);
+  if (extra_out) *extra_out = extra ? (char *)f + sizeof *f : NULL;
+  f->fn = fn;
+  f->arg = arg;
+  f->alloc = alloc;
+  f->base = base;
+  f->frame_size = size;
+  f->state = IOF_FS_CREATED;
+  char *sp = (char *)(cb & ~(uintptr_t)15);
+  f->stack_lo = base;
+  f->stack_len = (size_t)(sp - base);
+  f->stack_size = f->stack_len;
+  f->ctx = make_fcontext(sp, f->stack_len, fiber_entry);
+#ifdef IOF_TSAN
+  f->tsan_fiber = __tsan_create_fiber(0);
+#endif
+#ifdef IOF_HAVE_VALGRIND
+  f->vg_id = VALGRIND_STACK_REGISTER(base, sp);
+#endif
+  return f;
+}
+
+iof_fiber *iof_fiber_create(iof_frame_allocator *alloc, size_t stack_size,
+                            iof_fn fn, void *arg) {
+  return iof__fiber_create_ex(alloc, stack_size, fn, arg, 0, NULL);
+}
+
+void iof__fiber_free(iof_fiber *f) {
+  iof_frame_allocator *alloc = f->alloc;
+  void *base = f->base;
+  size_t size = f->frame_size;
+  if (f->fls) iof__fls_run_destructors(f);
+#ifdef IOF_TSAN
+  __tsan_destroy_fiber(f->tsan_fiber);
+#endif
+#ifdef IOF_HAVE_VALGRIND
+  VALGRIND_STACK_DEREGISTER(f->vg_id);
+#endif
+#ifdef IOF_ASAN
+  /* A dead fiber leaves stack poison behind; a recycled frame must not
+   * inherit it. */
+  __asan_unpoison_memory_region(base, size);
+#endif
+  alloc->vtbl->deallocate(alloc, base, size);
+}
+
+int iof_fiber_destroy(iof_fiber *f) {
+  if (!f) return -EINVAL;
+  if (f->state == IOF_FS_RUNNING || f->state == IOF_FS_SUSPENDED) return -EBUSY;
+  iof__fiber_free(f);
+  return 0;
+}
+
+int iof_fiber_resume(iof_fiber *f) {
+  if (!f || f->state == IOF_FS_DONE) return -EINVAL;
+  if (f->state == IOF_FS_RUNNING) return -EBUSY;
+  iof_thread_state *th = iof__thread();
+  iof_fiber *self = th->current;
+  do {
+    f->resumer = self;
+    f->state = IOF_FS_RUNNING;
+    f = do_switch(th, self, f, SW_RESUME, NULL, NULL);
+    /* A hook may hand back a fiber that is already finished or running
+     * elsewhere only through a bug in the hook; refuse rather than jump. */
+  } while (f && f->state != IOF_FS_DONE && f->state != IOF_FS_RUNNING);
+  return 0;
+}
+
+iof_fiber *iof_fiber_current(void) {
+  iof_thread_state *th = iof__thread();
+  return th->current == &th->root ? NULL : th->current;
+}
+
+static int suspend(iof_fiber_hook hook, void *arg) {
+  iof_thread_state *th = iof__thread();
+  iof_fiber *self = th->current;
+  if (self == &th->root) return -EPERM;
+  do_switch(th, self, self->resumer, SW_SUSPEND, hook, arg);
+  return 0;
+}
+
+int iof_fiber_suspend(void) {
+  return suspend(NULL, NULL);
+}
+
+int iof_fiber_suspend_with(iof_fiber_hook hook, void *arg) {
+  if (!hook) return -EINVAL;
+  return suspend(hook, arg);
+}
+
+int iof_fiber_transfer(iof_fiber *next) {
+  iof_thread_state *th = iof__thread();
+  iof_fiber *self = th->current;
+  if (self == &th->root) return -EPERM;
+  if (!next || next->state == IOF_FS_DONE) return -EINVAL;
+  if (next->state == IOF_FS_RUNNING) return -EBUSY;
+  next->resumer = self->resumer;
+  next->state = IOF_FS_RUNNING;
+  do_switch(th, self, next, SW_SUSPEND, NULL, NULL);
+  return 0;
+}
+
+bool iof_fiber_done(const iof_fiber *f) {
+  return f && f->state == IOF_FS_DONE;
+}
+
+int iof_fiber_status(const iof_fiber *f) {
+  if (!f) return -EINVAL;
+  return f->state == IOF_FS_DONE ? f->status : -EAGAIN;
+}
+
+int iof_fiber_set_name(iof_fiber *f, const char *name) {
+  if (!f) return -EINVAL;
+  if (!name) name = "";
+  size_t n = strlen(name);
+  if (n >= sizeof f->name) n = sizeof f->name - 1;
+  memcpy(f->name, name, n);
+  f->name[n] = '\0';
+  return 0;
+}
+
+const char *iof_fiber_name(const iof_fiber *f) {
+  return f ? f->name : "";
+}
+
+size_t iof_fiber_stack_size(const iof_fiber *f) {
+  return f ? f->stack_size : 0;
+}

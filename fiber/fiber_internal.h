@@ -1,0 +1,82 @@
+/* Internal view of fibers, shared by fiber/ and sched/. Not installed. */
+#ifndef IOF_FIBER_INTERNAL_H
+#define IOF_FIBER_INTERNAL_H
+
+#include <iofiber/fiber.h>
+#include <stdint.h>
+
+#include "fiber/fcontext.h"
+
+#define IOF_HIDDEN __attribute__((visibility("hidden")))
+
+enum iof_fiber_state {
+  IOF_FS_CREATED,
+  IOF_FS_RUNNING,
+  IOF_FS_SUSPENDED,
+  IOF_FS_DONE
+};
+
+/* The control block lives at the top of the fiber's own frame; its tail is
+ * the frame footer (allocator, base, size) that lets any thread free it. */
+struct iof_fiber {
+  iof_fctx ctx;       /* where to continue it while not running */
+  iof_fiber *resumer; /* who gets control when it suspends */
+  int state;
+  int status;
+  iof_fn fn;
+  void *arg;
+  /* Used by sched/: the intrusive run-queue link, the launch record kept in
+   * the frame, fiber-local storage and the hook that runs once the fiber has
+   * switched away for the last time (it may free the frame). */
+  iof_fiber *next;
+  void *sched;
+  void *fls;
+  void (*on_exit)(iof_fiber *f);
+  /* Frame footer. */
+  iof_frame_allocator *alloc;
+  void *base;
+  size_t frame_size;
+  size_t stack_size;
+  char name[32];
+  /* Sanitizer bookkeeping. */
+  void *asan_fake;
+  const void *stack_lo;
+  size_t stack_len;
+  void *tsan_fiber;
+  unsigned vg_id;
+};
+
+/* Per-thread state. `root` stands for the thread's own stack. */
+typedef struct iof_thread_state {
+  iof_fiber root;
+  iof_fiber *current; /* &root outside fibers */
+  int ready;
+} iof_thread_state;
+
+/* Never inlined: a fiber may resume on another thread, and the compiler
+ * must not reuse a TLS address computed before a switch. */
+IOF_HIDDEN iof_thread_state *iof__thread(void);
+
+/* The thread's state if it has run fibers, else NULL; async-signal-safe. */
+IOF_HIDDEN iof_thread_state *iof__thread_peek(void);
+
+/* Creates a fiber whose control block reserves `extra` bytes (16-aligned,
+ * zeroed) for the caller, returned in *extra_out. */
+IOF_HIDDEN iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc,
+                                           size_t stack_size, iof_fn fn,
+                                           void *arg, size_t extra,
+                                           void **extra_out);
+
+/* Frees the frame (no state checks). */
+IOF_HIDDEN void iof__fiber_free(iof_fiber *f);
+
+/* Overflow reporting (overflow.c): installs the SIGSEGV handler once and
+ * gives the calling thread an alternate signal stack. */
+IOF_HIDDEN void iof__overflow_thread_init(void);
+
+/* Fiber-local storage teardown at fiber end (fls.c, sched issue). */
+IOF_HIDDEN void iof__fls_run_destructors(iof_fiber *f);
+
+IOF_HIDDEN size_t iof__page_size(void);
+
+#endif

@@ -1,0 +1,385 @@
+/* Recycling stack pool: the frame allocator fibers use by default.
+ *
+ * Each thread keeps a small cache per pool that only it touches, so the
+ * common allocate/free pair takes no lock. Behind the caches sits a shared
+ * depot under a mutex; stacks that reach it give their pages back to the OS
+ * (MADV_DONTNEED: MADV_FREE leaves RSS high until memory pressure, which is
+ * what the cap is meant to prevent). Only requests of exactly the pool's
+ * stack size are recycled; other sizes are mapped and unmapped directly. */
+#include "fiber/stack_map.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#define CACHE_SLOTS 4
+
+/* A free stack's link lives in its top page, which a used stack has always
+ * touched, so caching costs no extra resident page. */
+typedef struct stack_node {
+  struct stack_node *next;
+} stack_node;
+
+typedef struct pool_cache {
+  struct pool_cache *next; /* in the pool's list of caches */
+  stack_node *head;
+  atomic_size_t n; /* written by the owner only; read by stats */
+} pool_cache;
+
+struct iof_stack_pool {
+  iof_frame_allocator base;
+  size_t stack_size;
+  size_t cache_max;
+  size_t depot_max;
+  size_t budget;
+  uint64_t id;
+  struct iof_stack_pool *next_pool; /* registry of live pools */
+  pthread_mutex_t lock;             /* depot and the list of caches */
+  stack_node *depot;
+  size_t depot_n;
+  pool_cache *caches;
+  atomic_size_t live, live_bytes, peak, allocated, mapped, failed;
+};
+
+/* The calling thread's caches, found by pool id (ids are never reused, so a
+ * slot left by a destroyed pool can never match a new one). */
+static __thread struct {
+  uint64_t id;
+  pool_cache *cache;
+} slots[CACHE_SLOTS] __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static iof_stack_pool *registry;
+static uint64_t next_id = 1;
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static stack_node *node_of(void *base, size_t size) {
+  return (stack_node *)((char *)base + size - 64);
+}
+
+static void *base_of(stack_node *n, size_t size) {
+  return (char *)n + 64 - size;
+}
+
+static void release_pages(iof_stack_pool *p, void *base) {
+  size_t page = iof__page_size();
+  madvise(base, p->stack_size - page, MADV_DONTNEED);
+}
+
+static void unmap_stack(iof_stack_pool *p, void *base) {
+  iof__stack_unmap(base, p->stack_size);
+  atomic_fetch_sub_explicit(&p->mapped, 1, memory_order_relaxed);
+}
+
+/* Puts a chain of stacks in the depot, unmapping what exceeds its cap. */
+static void depot_put(iof_stack_pool *p, stack_node *chain) {
+  stack_node *spill = NULL;
+  for (stack_node *s = chain; s; s = s->next)
+    release_pages(p, base_of(s, p->stack_size));
+  pthread_mutex_lock(&p->lock);
+  while (chain) {
+    stack_node *s = chain;
+    chain = s->next;
+    if (p->depot_n < p->depot_max) {
+      s->next = p->depot;
+      p->depot = s;
+      p->depot_n++;
+    } else {
+      s->next = spill;
+      spill = s;
+    }
+  }
+  pthread_mutex_unlock(&p->lock);
+  while (spill) {
+    stack_node *s = spill;
+    spill = s->next;
+    unmap_stack(p, base_of(s, p->stack_size));
+  }
+}
+
+static void thread_exit(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&registry_lock);
+  for (int i = 0; i < CACHE_SLOTS; i++) {
+    uint64_t id = slots[i].id;
+    pool_cache *c = slots[i].cache;
+    slots[i].id = 0;
+    slots[i].cache = NULL;
+    iof_stack_pool *p = registry;
+    while (p && p->id != id) p = p->next_pool;
+    if (!id || !p) continue;
+    stack_node *chain = c->head;
+    c->head = NULL;
+    atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+    pthread_mutex_lock(&p->lock);
+    for (pool_cache **pp = &p->caches; *pp; pp = &(*pp)->next)
+      if (*pp == c) {
+        *pp = c->next;
+        break;
+      }
+    pthread_mutex_unlock(&p->lock);
+    free(c);
+    depot_put(p, chain);
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+static void make_exit_key(void) {
+  (void)pthread_key_create(&exit_key, thread_exit);
+}
+
+static pool_cache *get_cache(iof_stack_pool *p) {
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (slots[i].id == p->id) return slots[i].cache;
+  int free_slot = -1;
+  for (int i = 0; i < CACHE_SLOTS && free_slot < 0; i++)
+    if (!slots[i].id) free_slot = i;
+  if (free_slot < 0) return NULL; /* too many pools here: use the depot */
+  pool_cache *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  pthread_once(&exit_once, make_exit_key);
+  (void)pthread_setspecific(exit_key, (void *)1);
+  pthread_mutex_lock(&p->lock);
+  c->next = p->caches;
+  p->caches = c;
+  pthread_mutex_unlock(&p->lock);
+  slots[free_slot].id = p->id;
+  slots[free_slot].cache = c;
+  return c;
+}
+
+static bool reserve_budget(iof_stack_pool *p, size_t size) {
+  size_t now =
+      atomic_fetch_add_explicit(&p->live_bytes, size, memory_order_relaxed);
+  if (p->budget && now + size > p->budget) {
+    atomic_fetch_sub_explicit(&p->live_bytes, size, memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+static void count_live(iof_stack_pool *p) {
+  size_t live =
+      atomic_fetch_add_explicit(&p->live, 1, memory_order_relaxed) + 1;
+  atomic_fetch_add_explicit(&p->allocated, 1, memory_order_relaxed);
+  size_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+  while (live > peak && !atomic_compare_exchange_weak_explicit(
+                            &p->peak, &peak, live, memory_order_relaxed,
+                            memory_order_relaxed)) {
+  }
+}
+
+static void *refill(iof_stack_pool *p, pool_cache *c) {
+  stack_node *got = NULL;
+  pthread_mutex_lock(&p->lock);
+  size_t want = c ? p->cache_max / 2 + 1 : 1;
+  while (p->depot && want--) {
+    stack_node *s = p->depot;
+    p->depot = s->next;
+    p->depot_n--;
+    s->next = got;
+    got = s;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (!got) {
+    void *base = iof__stack_map(p->stack_size);
+    if (base) atomic_fetch_add_explicit(&p->mapped, 1, memory_order_relaxed);
+    return base;
+  }
+  if (c) {
+    size_t n = atomic_load_explicit(&c->n, memory_order_relaxed);
+    for (stack_node *s = got->next; s;) {
+      stack_node *nx = s->next;
+      s->next = c->head;
+      c->head = s;
+      n++;
+      s = nx;
+    }
+    atomic_store_explicit(&c->n, n, memory_order_relaxed);
+  }
+  return base_of(got, p->stack_size);
+}
+
+static void *pool_allocate(iof_frame_allocator *self, size_t size) {
+  iof_stack_pool *p = (iof_stack_pool *)self;
+  size_t page = iof__page_size();
+  size_t rsize = (size + page - 1) & ~(page - 1);
+  if (!size || !reserve_budget(p, rsize)) {
+    atomic_fetch_add_explicit(&p->failed, 1, memory_order_relaxed);
+    errno = size ? ENOMEM : EINVAL;
+    return NULL;
+  }
+  void *base;
+  if (rsize != p->stack_size) {
+    base = iof__stack_map(rsize);
+    if (base) atomic_fetch_add_explicit(&p->mapped, 1, memory_order_relaxed);
+  } else {
+    pool_cache *c = get_cache(p);
+    stack_node *s = c ? c->head : NULL;
+    if (s) {
+      c->head = s->next;
+      atomic_store_explicit(
+          &c->n, atomic_load_explicit(&c->n, memory_order_relaxed) - 1,
+          memory_order_relaxed);
+      base = base_of(s, rsize);
+    } else {
+      base = refill(p, c);
+    }
+  }
+  if (!base) {
+    atomic_fetch_sub_explicit(&p->live_bytes, rsize, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->failed, 1, memory_order_relaxed);
+    errno = ENOMEM;
+    return NULL;
+  }
+  count_live(p);
+  return base;
+}
+
+static void pool_deallocate(iof_frame_allocator *self, void *base,
+                            size_t size) {
+  iof_stack_pool *p = (iof_stack_pool *)self;
+  size_t page = iof__page_size();
+  size_t rsize = (size + page - 1) & ~(page - 1);
+  if (!base) return;
+  atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&p->live_bytes, rsize, memory_order_relaxed);
+  if (rsize != p->stack_size) {
+    iof__stack_unmap(base, rsize);
+    atomic_fetch_sub_explicit(&p->mapped, 1, memory_order_relaxed);
+    return;
+  }
+  stack_node *s = node_of(base, rsize);
+  pool_cache *c = get_cache(p);
+  if (!c) {
+    s->next = NULL;
+    depot_put(p, s);
+    return;
+  }
+  size_t n = atomic_load_explicit(&c->n, memory_order_relaxed);
+  s->next = c->head;
+  c->head = s;
+  n++;
+  if (n > p->cache_max) {
+    /* Keep the most recently used half (their pages are warm); send the
+     * rest to the depot in one locked batch. */
+    size_t keep = p->cache_max / 2;
+    stack_node *t = c->head;
+    for (size_t i = 1; i < keep && t; i++) t = t->next;
+    stack_node *chain;
+    if (keep == 0) {
+      chain = c->head;
+      c->head = NULL;
+    } else {
+      chain = t->next;
+      t->next = NULL;
+    }
+    n = keep;
+    depot_put(p, chain);
+  }
+  atomic_store_explicit(&c->n, n, memory_order_relaxed);
+}
+
+static const iof_frame_allocator_vtbl pool_vtbl = {pool_allocate,
+                                                   pool_deallocate};
+
+iof_stack_pool *iof_stack_pool_create(const iof_stack_pool_options *opts) {
+  iof_stack_pool_options o = {0};
+  if (opts) o = *opts;
+  size_t page = iof__page_size();
+  if (!o.stack_size) o.stack_size = IOF_FIBER_STACK_DEFAULT;
+  if (o.stack_size < IOF_FIBER_STACK_MIN ||
+      o.stack_size > IOF_FIBER_STACK_MAX || o.thread_cache > 65536 ||
+      o.depot_max > (1u << 20)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  iof_stack_pool *p = calloc(1, sizeof *p);
+  if (!p) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  p->base.vtbl = &pool_vtbl;
+  p->stack_size = (o.stack_size + page - 1) & ~(page - 1);
+  p->cache_max = o.thread_cache ? o.thread_cache : 16;
+  p->depot_max = o.depot_max ? o.depot_max : 256;
+  p->budget = o.budget;
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_mutex_lock(&registry_lock);
+  p->id = next_id++;
+  p->next_pool = registry;
+  registry = p;
+  pthread_mutex_unlock(&registry_lock);
+  return p;
+}
+
+int iof_stack_pool_destroy(iof_stack_pool *p) {
+  if (!p) return -EINVAL;
+  if (atomic_load(&p->live)) return -EBUSY;
+  pthread_mutex_lock(&registry_lock);
+  for (iof_stack_pool **pp = &registry; *pp; pp = &(*pp)->next_pool)
+    if (*pp == p) {
+      *pp = p->next_pool;
+      break;
+    }
+  pthread_mutex_unlock(&registry_lock);
+  /* Caches of other threads go too: their slots keep a dead id only. */
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (slots[i].id == p->id) slots[i].id = 0, slots[i].cache = NULL;
+  while (p->caches) {
+    pool_cache *c = p->caches;
+    p->caches = c->next;
+    while (c->head) {
+      stack_node *s = c->head;
+      c->head = s->next;
+      iof__stack_unmap(base_of(s, p->stack_size), p->stack_size);
+    }
+    free(c);
+  }
+  while (p->depot) {
+    stack_node *s = p->depot;
+    p->depot = s->next;
+    iof__stack_unmap(base_of(s, p->stack_size), p->stack_size);
+  }
+  pthread_mutex_destroy(&p->lock);
+  free(p);
+  return 0;
+}
+
+iof_frame_allocator *iof_stack_pool_allocator(iof_stack_pool *p) {
+  return p ? &p->base : NULL;
+}
+
+int iof_stack_pool_stats(iof_stack_pool *p, struct iof_stack_pool_stats *out) {
+  if (!p || !out) return -EINVAL;
+  pthread_mutex_lock(&p->lock);
+  size_t cached = p->depot_n;
+  for (pool_cache *c = p->caches; c; c = c->next)
+    cached += atomic_load_explicit(&c->n, memory_order_relaxed);
+  pthread_mutex_unlock(&p->lock);
+  out->live = atomic_load(&p->live);
+  out->cached = cached;
+  out->allocated = atomic_load(&p->allocated);
+  out->peak = atomic_load(&p->peak);
+  out->mapped = atomic_load(&p->mapped);
+  out->failed = atomic_load(&p->failed);
+  out->live_bytes = atomic_load(&p->live_bytes);
+  return 0;
+}
+
+static iof_stack_pool *default_pool;
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void make_default_pool(void) {
+  default_pool = iof_stack_pool_create(NULL);
+}
+
+iof_frame_allocator *iof_default_frame_allocator(void) {
+  pthread_once(&default_once, make_default_pool);
+  return default_pool ? &default_pool->base : iof_mmap_allocator();
+}
