@@ -1,0 +1,14 @@
+/* iofiber: umbrella header. Includes every public header of the library.
+ *
+ * Each module (fiber/, sched/, io/, compat/) installs its own headers as
+ * <iofiber/NAME.h>; when a module adds a public header, it appends an
+ * #include for it here, in dependency order (fiber <- sched <- io). */
+#ifndef IOFIBER_IOFIBER_H
+#define IOFIBER_IOFIBER_H
+
+/* fiber/ */
+#include <iofiber/frame_allocator.h>
+#include <iofiber/fiber.h>
+#include <iofiber/fls.h>
+
+#endif

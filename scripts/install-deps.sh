@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages iofiber needs to build, test and benchmark.
+# Idempotent: checks each package with dpkg-query and installs only the
+# missing ones (one apt-get update + one apt-get install). Silent when
+# everything is already installed. Needs root, or sudo.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential
+  cmake
+  pkg-config
+  libboost-context-dev
+  libev-dev
+  libcmocka-dev
+  valgrind
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: apt-get not found; install these packages by hand: ${missing[*]}" >&2
+  exit 1
+fi
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo -n)
+    # Fall back to an interactive sudo only when a terminal is attached.
+    if ! sudo -n true 2>/dev/null && [[ -t 0 ]]; then
+      SUDO=(sudo)
+    fi
+  else
+    echo "install-deps: not root and sudo is not available; install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing ${missing[*]}"
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
