@@ -29,6 +29,8 @@ struct iof_fiber {
    * the frame, fiber-local storage and the hook that runs once the fiber has
    * switched away for the last time (it may free the frame). */
   iof_fiber *next;
+  const struct iof_env *env; /* the env of the running call (iof_run swaps) */
+  void *strand;              /* the strand this fiber holds while it runs */
   void *sched;
   void *fls;
   void (*on_exit)(iof_fiber *f);
