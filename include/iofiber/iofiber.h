@@ -10,5 +10,12 @@
 #include <iofiber/frame_allocator.h>
 #include <iofiber/fiber.h>
 #include <iofiber/fls.h>
+#include <iofiber/executor.h>
+#include <iofiber/stop.h>
+#include <iofiber/env.h>
+#include <iofiber/launch.h>
+#include <iofiber/strand.h>
+#include <iofiber/thread_pool.h>
+#include <iofiber/io_context.h>
 
 #endif

@@ -1,0 +1,339 @@
+/* The io_context: a libev loop and the run queue of its fibers.
+ *
+ * Posts from the thread running the context go to a local queue with no
+ * lock; posts from other threads go to a locked remote queue and wake the
+ * loop through ev_async. The run loop resumes the fibers ready at the start
+ * of a batch, then polls libev (without blocking while fibers are ready),
+ * and returns once no work is counted and nothing is ready. Attached to a
+ * host's loop, the same batches run from libev watchers instead. */
+#include <iofiber/io_context.h>
+
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <stdlib.h>
+
+struct iof_io_context {
+  iof_execution_context ctx;
+  struct ev_loop *loop;
+  bool own_loop;
+  ev_async wake;
+  ev_idle idle;       /* attached: keeps the host loop spinning while ready */
+  ev_prepare prepare; /* attached: runs ready fibers before the loop blocks */
+  ev_timer deadline;  /* run_for */
+  iof_fiber_queue local;
+  pthread_mutex_t rlock;
+  iof_fiber_queue remote;
+  atomic_bool remote_pending;
+  atomic_long work;
+  atomic_bool stopped;
+  atomic_int running;
+  bool timed_out;
+};
+
+static bool on_loop_thread(const iof_io_context *io) {
+  return iof__thread_runs(&io->ctx);
+}
+
+static void take_remote(iof_io_context *io) {
+  if (!atomic_load_explicit(&io->remote_pending, memory_order_acquire)) return;
+  pthread_mutex_lock(&io->rlock);
+  iof__q_append(&io->local, &io->remote);
+  atomic_store_explicit(&io->remote_pending, false, memory_order_relaxed);
+  pthread_mutex_unlock(&io->rlock);
+}
+
+static bool has_ready(iof_io_context *io) {
+  return io->local.head ||
+         atomic_load_explicit(&io->remote_pending, memory_order_acquire);
+}
+
+static void enqueue(iof_io_context *io, iof_fiber *h) {
+  if (on_loop_thread(io)) {
+    iof__q_push(&io->local, h);
+    if (!io->own_loop && !ev_is_active(&io->idle))
+      ev_idle_start(io->loop, &io->idle);
+    return;
+  }
+  pthread_mutex_lock(&io->rlock);
+  iof__q_push(&io->remote, h);
+  atomic_store_explicit(&io->remote_pending, true, memory_order_release);
+  pthread_mutex_unlock(&io->rlock);
+  ev_async_send(io->loop, &io->wake);
+}
+
+static int io_post(const void *ex, iof_fiber *h) {
+  iof_io_context *io = (iof_io_context *)ex;
+  if (iof__refuse_after_shutdown(&io->ctx, h)) return -ESHUTDOWN;
+  enqueue(io, h);
+  return 0;
+}
+
+static int io_dispatch(const void *ex, iof_fiber *h) {
+  iof_io_context *io = (iof_io_context *)ex;
+  if (iof__refuse_after_shutdown(&io->ctx, h)) return -ESHUTDOWN;
+  if (on_loop_thread(io)) return 1;
+  enqueue(io, h);
+  return 0;
+}
+
+static iof_execution_context *io_context_of(const void *ex) {
+  return &((iof_io_context *)ex)->ctx;
+}
+
+static void io_work_started(const void *ex) {
+  atomic_fetch_add_explicit(&((iof_io_context *)ex)->work, 1,
+                            memory_order_relaxed);
+}
+
+static void io_work_finished(const void *ex) {
+  iof_io_context *io = (iof_io_context *)ex;
+  if (atomic_fetch_sub_explicit(&io->work, 1, memory_order_acq_rel) == 1 &&
+      !on_loop_thread(io))
+    ev_async_send(io->loop, &io->wake); /* let a blocked run see it */
+}
+
+static const iof_executor_vtbl io_vtbl = {
+    io_dispatch,   io_post,         NULL,
+    io_context_of, io_work_started, io_work_finished};
+
+/* Resumes up to `max` ready fibers; returns how many ran. */
+static int run_batch(iof_io_context *io, long max) {
+  int n = 0;
+  take_remote(io);
+  while (n < max) {
+    iof_fiber *f = iof__q_pop(&io->local);
+    if (!f) break;
+    iof_fiber_resume(f);
+    n++;
+  }
+  return n;
+}
+
+static long batch_size(iof_io_context *io) {
+  take_remote(io);
+  long n = 0;
+  for (iof_fiber *f = io->local.head; f; f = f->next) n++;
+  return n;
+}
+
+static bool idle_now(iof_io_context *io) {
+  return atomic_load(&io->work) == 0 && !has_ready(io);
+}
+
+/* ---- attached mode: the host's ev_run drives batches ------------------ */
+
+static void attached_run(iof_io_context *io) {
+  iof_run_mark mark;
+  iof__run_mark_push(&mark, &io->ctx);
+  run_batch(io, batch_size(io));
+  iof__run_mark_pop(&mark);
+  if (io->local.head) {
+    if (!ev_is_active(&io->idle)) ev_idle_start(io->loop, &io->idle);
+  } else if (ev_is_active(&io->idle)) {
+    ev_idle_stop(io->loop, &io->idle);
+  }
+  /* Pending work keeps the host loop alive (the async watcher is ref'd). */
+  bool want_ref = atomic_load(&io->work) > 0;
+  if (want_ref && !io->wake.data) {
+    ev_ref(io->loop);
+    io->wake.data = io;
+  } else if (!want_ref && io->wake.data) {
+    ev_unref(io->loop);
+    io->wake.data = NULL;
+  }
+}
+
+static void wake_cb(struct ev_loop *loop, ev_async *w, int revents) {
+  (void)loop;
+  (void)revents;
+  iof_io_context *io =
+      (iof_io_context *)((char *)w - offsetof(iof_io_context, wake));
+  if (!io->own_loop && atomic_load(&io->running) == 0) attached_run(io);
+}
+
+static void idle_cb(struct ev_loop *loop, ev_idle *w, int revents) {
+  (void)loop;
+  (void)revents;
+  iof_io_context *io =
+      (iof_io_context *)((char *)w - offsetof(iof_io_context, idle));
+  if (atomic_load(&io->running) == 0) attached_run(io);
+}
+
+static void prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents) {
+  (void)loop;
+  (void)revents;
+  iof_io_context *io =
+      (iof_io_context *)((char *)w - offsetof(iof_io_context, prepare));
+  if (atomic_load(&io->running) == 0) attached_run(io);
+}
+
+static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  iof_io_context *io =
+      (iof_io_context *)((char *)w - offsetof(iof_io_context, deadline));
+  io->timed_out = true;
+}
+
+static iof_io_context *make(struct ev_loop *loop, bool own) {
+  iof_io_context *io = calloc(1, sizeof *io);
+  if (!io || iof_execution_context_init(&io->ctx) != 0) {
+    free(io);
+    errno = ENOMEM;
+    return NULL;
+  }
+  io->loop = loop;
+  io->own_loop = own;
+  pthread_mutex_init(&io->rlock, NULL);
+  ev_async_init(&io->wake, wake_cb);
+  ev_async_start(loop, &io->wake);
+  ev_idle_init(&io->idle, idle_cb);
+  ev_timer_init(&io->deadline, deadline_cb, 0., 0.);
+  if (!own) {
+    ev_prepare_init(&io->prepare, prepare_cb);
+    ev_prepare_start(loop, &io->prepare);
+    ev_unref(loop); /* the prepare watcher must not keep the host alive */
+    ev_unref(loop); /* nor the async one, until work is pending */
+    io->wake.data = NULL;
+  }
+  return io;
+}
+
+iof_io_context *iof_io_context_create(void) {
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  if (!loop) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  iof_io_context *io = make(loop, true);
+  if (!io) ev_loop_destroy(loop);
+  return io;
+}
+
+iof_io_context *iof_io_context_attach(struct ev_loop *loop) {
+  if (!loop) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return make(loop, false);
+}
+
+iof_executor_ref iof_io_context_executor(iof_io_context *io) {
+  return iof_executor_make(io, io ? &io_vtbl : NULL);
+}
+
+iof_execution_context *iof_io_context_context(iof_io_context *io) {
+  return io ? &io->ctx : NULL;
+}
+
+struct ev_loop *iof_io_context_loop(iof_io_context *io) {
+  return io ? io->loop : NULL;
+}
+
+/* The one loop behind run, run_one, poll and run_for. max_fibers < 0: no
+ * limit; wait: block in libev when nothing is ready; timeout_ns < 0: none. */
+static int drive(iof_io_context *io, long max_fibers, bool wait,
+                 int64_t timeout_ns) {
+  if (!io) return -EINVAL;
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&io->running, &expect, 1)) return -EBUSY;
+  iof_run_mark mark;
+  iof__run_mark_push(&mark, &io->ctx);
+  if (timeout_ns >= 0) {
+    io->timed_out = false;
+    ev_now_update(io->loop);
+    ev_timer_set(&io->deadline, (double)timeout_ns / 1e9, 0.);
+    ev_timer_start(io->loop, &io->deadline);
+  }
+  long ran = 0;
+  while (!atomic_load(&io->stopped) && !io->timed_out) {
+    long batch = batch_size(io);
+    if (max_fibers >= 0 && batch > max_fibers - ran) batch = max_fibers - ran;
+    ran += run_batch(io, batch);
+    if (max_fibers >= 0 && ran >= max_fibers) break;
+    if (idle_now(io)) {
+      atomic_store(&io->stopped, true);
+      break;
+    }
+    if (!wait) {
+      ev_run(io->loop, EVRUN_NOWAIT);
+      ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : batch_size(io));
+      break;
+    }
+    ev_run(io->loop, has_ready(io) ? EVRUN_NOWAIT : EVRUN_ONCE);
+  }
+  if (timeout_ns >= 0) ev_timer_stop(io->loop, &io->deadline);
+  iof__run_mark_pop(&mark);
+  atomic_store(&io->running, 0);
+  return ran > 0x7fffffff ? 0x7fffffff : (int)ran;
+}
+
+int iof_io_context_run(iof_io_context *io) {
+  return drive(io, -1, true, -1);
+}
+
+int iof_io_context_run_one(iof_io_context *io) {
+  return drive(io, 1, true, -1);
+}
+
+int iof_io_context_poll(iof_io_context *io) {
+  return drive(io, -1, false, -1);
+}
+
+int iof_io_context_run_for(iof_io_context *io, int64_t ns) {
+  return drive(io, -1, true, ns < 0 ? 0 : ns);
+}
+
+void iof_io_context_stop(iof_io_context *io) {
+  if (!io) return;
+  atomic_store(&io->stopped, true);
+  ev_async_send(io->loop, &io->wake);
+}
+
+bool iof_io_context_stopped(const iof_io_context *io) {
+  return io && atomic_load(&io->stopped);
+}
+
+void iof_io_context_restart(iof_io_context *io) {
+  if (io) atomic_store(&io->stopped, false);
+}
+
+int iof_io_context_destroy(iof_io_context *io) {
+  if (!io) return -EINVAL;
+  if (atomic_load(&io->running)) return -EBUSY;
+  /* (1) refuse launches, (2) services cancel what they hold, (3) run the
+   * ready fibers to their end here, never-started ones cancelled, then
+   * (5) services are destroyed. */
+  iof_execution_context_shutdown(&io->ctx);
+  iof_run_mark mark;
+  iof__run_mark_push(&mark, &io->ctx);
+  for (long i = 0; i < 10000000; i++) {
+    take_remote(io);
+    iof_fiber *f = iof__q_pop(&io->local);
+    if (!f) {
+      ev_run(io->loop, EVRUN_NOWAIT); /* completions already delivered */
+      take_remote(io);
+      f = iof__q_pop(&io->local);
+      if (!f) break;
+    }
+    iof__drain_one(f);
+  }
+  iof__run_mark_pop(&mark);
+  long left = atomic_load(&io->work);
+  if (left > 0) iof__report_stuck("io_context", (size_t)left);
+  iof_execution_context_destroy(&io->ctx);
+  if (!io->own_loop) {
+    if (io->wake.data) ev_unref(io->loop);
+    ev_ref(io->loop);
+    ev_ref(io->loop);
+    ev_prepare_stop(io->loop, &io->prepare);
+    ev_idle_stop(io->loop, &io->idle);
+  }
+  ev_async_stop(io->loop, &io->wake);
+  if (io->own_loop) ev_loop_destroy(io->loop);
+  pthread_mutex_destroy(&io->rlock);
+  free(io);
+  return 0;
+}

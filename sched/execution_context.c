@@ -1,0 +1,155 @@
+/* Execution contexts: services, shutdown/destroy order, frame allocator. */
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int iof_execution_context_init(iof_execution_context *ctx) {
+  if (!ctx) return -EINVAL;
+  if (pthread_mutex_init(&ctx->lock, NULL) != 0) return -ENOMEM;
+  if (pthread_cond_init(&ctx->created, NULL) != 0) {
+    pthread_mutex_destroy(&ctx->lock);
+    return -ENOMEM;
+  }
+  ctx->services = NULL;
+  atomic_init(&ctx->state, 0);
+  atomic_init(&ctx->frame_allocator, NULL);
+  return 0;
+}
+
+bool iof_execution_context_stopping(const iof_execution_context *ctx) {
+  return ctx && atomic_load_explicit(&ctx->state, memory_order_acquire) != 0;
+}
+
+void iof_execution_context_shutdown(iof_execution_context *ctx) {
+  if (!ctx) return;
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&ctx->state, &expect, 1)) return;
+  /* Newest first; the list is not changed by shutdown, and services
+   * added meanwhile fail (use_service refuses once stopping). */
+  pthread_mutex_lock(&ctx->lock);
+  iof_service *list = ctx->services;
+  pthread_mutex_unlock(&ctx->lock);
+  for (iof_service *s = list; s; s = s->next)
+    if (!s->creating && s->key->shutdown) s->key->shutdown(s);
+}
+
+void iof_execution_context_destroy(iof_execution_context *ctx) {
+  if (!ctx) return;
+  iof_execution_context_shutdown(ctx);
+  atomic_store(&ctx->state, 2);
+  while (ctx->services) {
+    iof_service *s = ctx->services;
+    ctx->services = s->next;
+    if (s->key->destroy) s->key->destroy(s);
+  }
+  pthread_cond_destroy(&ctx->created);
+  pthread_mutex_destroy(&ctx->lock);
+}
+
+static iof_service *find_locked(iof_execution_context *ctx,
+                                const iof_service_key *key) {
+  for (iof_service *s = ctx->services; s; s = s->next)
+    if (s->key == key) return s;
+  return NULL;
+}
+
+/* A placeholder stands in the list while create runs without the lock, so
+ * racing threads wait for the one creation instead of making their own. */
+typedef struct placeholder {
+  iof_service svc;
+  pthread_t creator;
+} placeholder;
+
+static iof_service *obtain(iof_execution_context *ctx,
+                           const iof_service_key *key, bool must_be_new) {
+  if (!ctx || !key || !key->create) {
+    errno = EINVAL;
+    return NULL;
+  }
+  pthread_mutex_lock(&ctx->lock);
+  for (;;) {
+    iof_service *s = find_locked(ctx, key);
+    if (!s) break;
+    if (must_be_new) {
+      pthread_mutex_unlock(&ctx->lock);
+      errno = EEXIST;
+      return NULL;
+    }
+    if (!s->creating) {
+      pthread_mutex_unlock(&ctx->lock);
+      return s;
+    }
+    if (pthread_equal(((placeholder *)s)->creator, pthread_self())) {
+      pthread_mutex_unlock(&ctx->lock);
+      errno = EDEADLK;
+      return NULL;
+    }
+    pthread_cond_wait(&ctx->created, &ctx->lock);
+  }
+  if (atomic_load(&ctx->state) != 0) {
+    pthread_mutex_unlock(&ctx->lock);
+    errno = ESHUTDOWN;
+    return NULL;
+  }
+  placeholder ph = {{key, ctx->services, ctx, 1}, pthread_self()};
+  ctx->services = &ph.svc;
+  pthread_mutex_unlock(&ctx->lock);
+
+  iof_service *made = key->create(ctx);
+
+  pthread_mutex_lock(&ctx->lock);
+  iof_service **pp = &ctx->services;
+  while (*pp != &ph.svc) pp = &(*pp)->next;
+  if (made) {
+    /* Keeps the place of the placeholder: order of addition is the order
+     * in which creation began. */
+    made->key = key;
+    made->ctx = ctx;
+    made->creating = 0;
+    made->next = ph.svc.next;
+    *pp = made;
+  } else {
+    *pp = ph.svc.next;
+  }
+  pthread_cond_broadcast(&ctx->created);
+  pthread_mutex_unlock(&ctx->lock);
+  if (!made) errno = ENOMEM;
+  return made;
+}
+
+iof_service *iof_use_service(iof_execution_context *ctx,
+                             const iof_service_key *key) {
+  return obtain(ctx, key, false);
+}
+
+iof_service *iof_make_service(iof_execution_context *ctx,
+                              const iof_service_key *key) {
+  return obtain(ctx, key, true);
+}
+
+iof_service *iof_find_service(iof_execution_context *ctx,
+                              const iof_service_key *key) {
+  if (!ctx || !key) return NULL;
+  pthread_mutex_lock(&ctx->lock);
+  iof_service *s = find_locked(ctx, key);
+  if (s && s->creating) s = NULL;
+  pthread_mutex_unlock(&ctx->lock);
+  return s;
+}
+
+bool iof_has_service(iof_execution_context *ctx, const iof_service_key *key) {
+  return iof_find_service(ctx, key) != NULL;
+}
+
+iof_frame_allocator *iof_context_frame_allocator(iof_execution_context *ctx) {
+  iof_frame_allocator *a = ctx ? atomic_load(&ctx->frame_allocator) : NULL;
+  return a ? a : iof_default_frame_allocator();
+}
+
+int iof_context_set_frame_allocator(iof_execution_context *ctx,
+                                    iof_frame_allocator *a) {
+  if (!ctx) return -EINVAL;
+  atomic_store(&ctx->frame_allocator, a);
+  return 0;
+}

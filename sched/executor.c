@@ -1,0 +1,103 @@
+/* Executor refs: the thin public layer over the vtable, and the per-thread
+ * run marks that tell dispatch when inline is safe. */
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+static __thread iof_run_mark *tls_marks
+    __attribute__((tls_model("initial-exec")));
+
+/* noinline: a fiber calling this may have moved threads since its last
+ * TLS access (see fiber_internal.h). */
+static __attribute__((noinline)) iof_run_mark **marks(void) {
+  return &tls_marks;
+}
+
+void iof__run_mark_push(iof_run_mark *m, const iof_execution_context *ctx) {
+  iof_run_mark **top = marks();
+  m->ctx = ctx;
+  m->prev = *top;
+  *top = m;
+}
+
+void iof__run_mark_pop(iof_run_mark *m) {
+  *marks() = m->prev;
+}
+
+bool iof__thread_runs(const iof_execution_context *ctx) {
+  for (iof_run_mark *m = *marks(); m; m = m->prev)
+    if (m->ctx == ctx) return true;
+  return false;
+}
+
+bool iof__refuse_after_shutdown(const iof_execution_context *ctx,
+                                const iof_fiber *h) {
+  return iof_execution_context_stopping(ctx) && h->state == IOF_FS_CREATED;
+}
+
+void iof__report_stuck(const char *what, size_t n) {
+  fprintf(stderr,
+          "iofiber: %s destroyed with %zu fiber(s) still suspended "
+          "(they never finished; their frames are leaked)\n",
+          what, n);
+}
+
+iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h) {
+  if (!ex.vt || !h) {
+    errno = EINVAL;
+    return NULL;
+  }
+  int r = ex.vt->dispatch(ex.ex, h);
+  if (r > 0) return h;
+  if (r < 0) errno = -r;
+  return NULL;
+}
+
+int iof_executor_post(iof_executor_ref ex, iof_fiber *h) {
+  if (!ex.vt || !h) return -EINVAL;
+  return ex.vt->post(ex.ex, h);
+}
+
+bool iof_executor_equal(iof_executor_ref a, iof_executor_ref b) {
+  if (!a.vt || !b.vt) return !a.vt && !b.vt;
+  if (a.vt != b.vt) return false;
+  if (a.ex == b.ex) return true;
+  return a.vt->equal ? a.vt->equal(a.ex, b.ex) : false;
+}
+
+void *iof_executor_target(iof_executor_ref ref, const iof_executor_vtbl *vt) {
+  return ref.vt && ref.vt == vt ? (void *)ref.ex : NULL;
+}
+
+iof_execution_context *iof_executor_context(iof_executor_ref ex) {
+  return ex.vt && ex.vt->context ? ex.vt->context(ex.ex) : NULL;
+}
+
+void iof_executor_on_work_started(iof_executor_ref ex) {
+  if (ex.vt && ex.vt->on_work_started) ex.vt->on_work_started(ex.ex);
+}
+
+void iof_executor_on_work_finished(iof_executor_ref ex) {
+  if (ex.vt && ex.vt->on_work_finished) ex.vt->on_work_finished(ex.ex);
+}
+
+int iof_work_guard_init(iof_work_guard *g, iof_executor_ref ex) {
+  if (!g) return -EINVAL;
+  g->ex = ex;
+  if (!ex.vt) return -EINVAL;
+  iof_executor_on_work_started(ex);
+  return 0;
+}
+
+void iof_work_guard_reset(iof_work_guard *g) {
+  if (!g || !g->ex.vt) return;
+  iof_executor_ref ex = g->ex;
+  g->ex.vt = NULL;
+  g->ex.ex = NULL;
+  iof_executor_on_work_finished(ex);
+}
+
+bool iof_work_guard_owns(const iof_work_guard *g) {
+  return g && g->ex.vt;
+}

@@ -1,0 +1,31 @@
+/* iofiber: strands. Fibers posted or dispatched through a strand never run
+ * concurrently with each other and run in FIFO order of submission, on any
+ * thread of the inner executor. */
+#ifndef IOFIBER_STRAND_H
+#define IOFIBER_STRAND_H
+
+#include <iofiber/executor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct iof_strand iof_strand;
+
+/* A strand over `inner` (which must outlive it). NULL with errno EINVAL
+ * (empty inner) or ENOMEM. */
+IOF_API iof_strand *iof_strand_create(iof_executor_ref inner);
+
+/* Frees the strand. -EBUSY while a fiber holds it or waits in it. */
+IOF_API int iof_strand_destroy(iof_strand *s);
+
+/* The strand's executor (a ref into the strand). */
+IOF_API iof_executor_ref iof_strand_executor(iof_strand *s);
+
+/* True when the calling fiber is running inside s. */
+IOF_API bool iof_strand_running_in_this_thread(const iof_strand *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,40 @@
+/* iofiber: a pool of threads running fibers (for CPU-bound work; fibers
+ * hop in and out with iof_run). */
+#ifndef IOFIBER_THREAD_POOL_H
+#define IOFIBER_THREAD_POOL_H
+
+#include <iofiber/executor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct iof_thread_pool iof_thread_pool;
+
+/* Starts n threads (1..1024). NULL with errno EINVAL, ENOMEM or EAGAIN. */
+IOF_API iof_thread_pool *iof_thread_pool_create(size_t n);
+
+/* The pool's executor: post from any thread; dispatch runs inline when the
+ * caller is one of the pool's threads. */
+IOF_API iof_executor_ref iof_thread_pool_executor(iof_thread_pool *p);
+IOF_API iof_execution_context *iof_thread_pool_context(iof_thread_pool *p);
+
+/* Asks the threads to exit as soon as they finish their current fiber;
+ * queued fibers are abandoned to destroy (which cancels them). */
+IOF_API void iof_thread_pool_stop(iof_thread_pool *p);
+
+/* Waits until the tracked work is done (or stop), then for the threads to
+ * exit. 0; -EDEADLK when called from one of the pool's threads. */
+IOF_API int iof_thread_pool_join(iof_thread_pool *p);
+
+/* Stops, joins, shuts the context down (pending operations complete with
+ * -ECANCELED), runs what is left to its end on the calling thread, frees
+ * never-started fibers (on_done gets -ECANCELED), destroys services. Never
+ * hangs: a fiber that will not end is reported on stderr. -EDEADLK from a
+ * pool thread. */
+IOF_API int iof_thread_pool_destroy(iof_thread_pool *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

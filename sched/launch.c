@@ -1,0 +1,238 @@
+/* Launch, await, executor hops and yield: the IoAwaitable protocol on
+ * fibers. The env lives in the fiber's control block for the chain's life;
+ * iof_run swaps in one on the caller's stack for the length of a call. */
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+
+static __thread iof_frame_allocator *tls_alloc
+    __attribute__((tls_model("initial-exec")));
+
+/* noinline accessors: see fiber_internal.h on TLS across switches. */
+__attribute__((noinline)) iof_frame_allocator *
+iof_current_frame_allocator(void) {
+  return tls_alloc;
+}
+
+__attribute__((noinline)) void
+iof_set_current_frame_allocator(iof_frame_allocator *a) {
+  tls_alloc = a;
+}
+
+/* What every resume of a launched fiber makes current: the env's
+ * allocator, or the fiber's own (effective) one when the env has none. */
+static void refresh_allocator(iof_fiber *self) {
+  const iof_env *env = self->env;
+  iof_set_current_frame_allocator(env->frame_allocator ? env->frame_allocator
+                                                       : self->alloc);
+}
+
+static iof_fiber *launched_self(void) {
+  iof_fiber *f = iof_fiber_current();
+  return f && f->env ? f : NULL;
+}
+
+const iof_env *iof_env_current(void) {
+  iof_fiber *f = iof_fiber_current();
+  return f ? f->env : NULL;
+}
+
+bool iof__env_stopping(const iof_env *env) {
+  return iof_execution_context_stopping(iof_executor_context(env->executor));
+}
+
+/* ---- chains ----------------------------------------------------------- */
+
+static int chain_main(void *p) {
+  iof_chain *c = p;
+  iof_fiber *self = iof_fiber_current();
+  refresh_allocator(self);
+  int status = c->fn(c->arg);
+  if (c->on_done) c->on_done(c->user, status);
+  return status;
+}
+
+/* Runs on the resumer's stack once the chain's fiber has switched away for
+ * the last time: free the frame first, then drop the work, so that when a
+ * run loop sees no work no frame of its chains is live. */
+static void chain_exit(iof_fiber *f) {
+  iof_chain *c = f->sched;
+  iof_executor_ref ex = c->env.executor;
+  iof_stop_token tok = c->env.stop_token;
+  if (f->strand) iof__strand_release(f);
+  iof__fiber_free(f);
+  iof_stop_token_release(tok);
+  iof_executor_on_work_finished(ex);
+}
+
+bool iof__chain_cancel(iof_fiber *f) {
+  if (f->state != IOF_FS_CREATED || f->on_exit != chain_exit) return false;
+  iof_chain *c = f->sched;
+  if (c->on_done) c->on_done(c->user, -ECANCELED);
+  chain_exit(f);
+  return true;
+}
+
+void iof__drain_one(iof_fiber *f) {
+  if (f->state == IOF_FS_CREATED && iof__chain_cancel(f)) return;
+  iof_fiber_resume(f);
+}
+
+int iof_run_async(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
+                  void *arg) {
+  static const iof_launch_opts none;
+  if (!opts) opts = &none;
+  if (!ex.vt || !fn) return -EINVAL;
+  iof_execution_context *ctx = iof_executor_context(ex);
+  if (iof_execution_context_stopping(ctx)) return -ESHUTDOWN;
+  iof_frame_allocator *alloc = opts->frame_allocator
+                                   ? opts->frame_allocator
+                                   : iof_context_frame_allocator(ctx);
+  size_t stack = opts->stack_size ? opts->stack_size : IOF_FIBER_STACK_DEFAULT;
+  void *extra;
+  iof_fiber *f = iof__fiber_create_ex(alloc, stack, chain_main, NULL,
+                                      sizeof(iof_chain), &extra);
+  if (!f) return errno == EINVAL ? -EINVAL : -ENOMEM;
+  iof_chain *c = extra;
+  c->env.executor = ex;
+  c->env.stop_token = iof_stop_token_retain(opts->stop_token);
+  c->env.frame_allocator = opts->frame_allocator;
+  c->fn = fn;
+  c->arg = arg;
+  c->on_done = opts->on_done;
+  c->user = opts->user;
+  f->arg = c;
+  f->sched = c;
+  f->env = &c->env;
+  f->on_exit = chain_exit;
+  if (opts->name) iof_fiber_set_name(f, opts->name);
+  iof_executor_on_work_started(ex);
+  int r = ex.vt->post(ex.ex, f);
+  if (r < 0) {
+    iof__fiber_free(f);
+    iof_stop_token_release(c->env.stop_token);
+    iof_executor_on_work_finished(ex);
+    return r;
+  }
+  return 0;
+}
+
+int iof_launch(iof_executor_ref ex, iof_fn fn, void *arg) {
+  return iof_run_async(ex, NULL, fn, arg);
+}
+
+/* ---- await ------------------------------------------------------------ */
+
+typedef struct await_call {
+  void *aw;
+  const iof_awaitable_vtbl *vt;
+} await_call;
+
+/* On the resumer's stack, h suspended: the strand h held is released here
+ * (never earlier), then the awaitable may publish h. */
+static iof_fiber *await_hook(iof_fiber *h, void *arg) {
+  await_call *a = arg;
+  void *aw = a->aw;
+  const iof_awaitable_vtbl *vt = a->vt;
+  if (h->strand) iof__strand_release(h);
+  return vt->suspend(aw, h, h->env);
+}
+
+static int await_in(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt) {
+  await_call a = {aw, vt};
+  iof_fiber_suspend_with(await_hook, &a);
+  refresh_allocator(self);
+  return vt->resume ? vt->resume(aw) : 0;
+}
+
+int iof_await(void *aw, const iof_awaitable_vtbl *vt) {
+  iof_fiber *self = launched_self();
+  if (!self) return -EPERM;
+  if (!aw || !vt || !vt->suspend) return -EINVAL;
+  if (vt->ready && vt->ready(aw)) return vt->resume ? vt->resume(aw) : 0;
+  if (iof__env_stopping(self->env)) return -ECANCELED;
+  return await_in(self, aw, vt);
+}
+
+/* ---- yield and hops --------------------------------------------------- */
+
+typedef struct hop {
+  iof_executor_ref to;
+  int err;
+  int use_post;
+} hop;
+
+static iof_fiber *hop_suspend(void *self, iof_fiber *h, const iof_env *env) {
+  (void)env;
+  hop *hp = self;
+  iof_executor_ref to = hp->to;
+  int r;
+  if (hp->use_post) {
+    r = to.vt->post(to.ex, h);
+  } else {
+    r = to.vt->dispatch(to.ex, h);
+    if (r > 0) return h;
+  }
+  if (r < 0) {
+    hp->err = r; /* h was not taken: it resumes at once, here */
+    return h;
+  }
+  return NULL;
+}
+
+static int hop_resume(void *self) {
+  return ((hop *)self)->err;
+}
+
+static const iof_awaitable_vtbl hop_vtbl = {NULL, hop_suspend, hop_resume};
+
+int iof_yield(void) {
+  iof_fiber *self = launched_self();
+  if (!self) return -EPERM;
+  hop hp = {self->env->executor, 0, 1};
+  return iof_await(&hp, &hop_vtbl);
+}
+
+int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
+            void *arg) {
+  iof_fiber *self = launched_self();
+  if (!self) return -EPERM;
+  if (!fn) return -EINVAL;
+  if (opts && (opts->stack_size || opts->name || opts->on_done)) return -EINVAL;
+  const iof_env *caller = self->env;
+  iof_env env = *caller;
+  if (ex.vt) env.executor = ex;
+  if (opts && opts->stop_token.state) env.stop_token = opts->stop_token;
+  if (opts && opts->frame_allocator)
+    env.frame_allocator = opts->frame_allocator;
+  iof_frame_allocator *saved = iof_current_frame_allocator();
+  bool hops = !iof_executor_equal(env.executor, caller->executor);
+  if (hops) {
+    if (iof_execution_context_stopping(iof_executor_context(env.executor)))
+      return -ESHUTDOWN;
+    iof_executor_on_work_started(env.executor);
+    self->env = &env;
+    hop there = {env.executor, 0, 0};
+    await_in(self, &there, &hop_vtbl);
+    if (there.err < 0) {
+      self->env = caller;
+      iof_executor_on_work_finished(env.executor);
+      iof_set_current_frame_allocator(saved);
+      return there.err;
+    }
+  } else {
+    self->env = &env;
+  }
+  refresh_allocator(self);
+  int status = fn(arg);
+  self->env = caller;
+  if (hops) {
+    /* Back home: the caller's executor takes a started fiber even while
+     * its context shuts down, so the call always returns there. */
+    hop back = {caller->executor, 0, 0};
+    await_in(self, &back, &hop_vtbl);
+    iof_executor_on_work_finished(env.executor);
+  }
+  iof_set_current_frame_allocator(saved);
+  return status;
+}

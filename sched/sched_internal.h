@@ -1,0 +1,93 @@
+/* Internal pieces shared by sched/ and io/. Not installed. */
+#ifndef IOF_SCHED_INTERNAL_H
+#define IOF_SCHED_INTERNAL_H
+
+#include <iofiber/env.h>
+#include <iofiber/launch.h>
+#include <iofiber/strand.h>
+
+#include "fiber/fiber_internal.h"
+
+/* The launch record, kept in the fiber's control block: the chain's env
+ * is stable for its whole life. */
+typedef struct iof_chain {
+  iof_env env;
+  iof_fn fn;
+  void *arg;
+  void (*on_done)(void *user, int status);
+  void *user;
+} iof_chain;
+
+/* A run loop marks the thread as running a context while it resumes
+ * fibers, so dispatch can tell when inline is safe (a per-thread marker,
+ * not a per-fiber flag). Markers nest. */
+typedef struct iof_run_mark {
+  const iof_execution_context *ctx;
+  struct iof_run_mark *prev;
+} iof_run_mark;
+
+IOF_HIDDEN void iof__run_mark_push(iof_run_mark *m,
+                                   const iof_execution_context *ctx);
+IOF_HIDDEN void iof__run_mark_pop(iof_run_mark *m);
+IOF_HIDDEN bool iof__thread_runs(const iof_execution_context *ctx);
+
+/* Shutdown rule of the built-in executors: once their context is
+ * stopping, post and dispatch refuse a fiber that never ran (a launch)
+ * with -ESHUTDOWN, and still take started fibers, so that completions and
+ * wakes during the drain let every started fiber run to its end. */
+IOF_HIDDEN bool iof__refuse_after_shutdown(const iof_execution_context *ctx,
+                                           const iof_fiber *h);
+
+/* Drain support for context destroy: a never-started chain is freed
+ * without running fn; its on_done gets -ECANCELED. Returns false for a raw
+ * fiber (not launched by iof_run_async), which the caller must leave be. */
+IOF_HIDDEN bool iof__chain_cancel(iof_fiber *f);
+
+/* Releases the strand held by f (the switch-out hook of strands). */
+IOF_HIDDEN void iof__strand_release(iof_fiber *f);
+
+/* The fiber's context is shutting down (await refuses to start). */
+IOF_HIDDEN bool iof__env_stopping(const iof_env *env);
+
+/* Reports on stderr a fiber that would not finish during a destroy. */
+IOF_HIDDEN void iof__report_stuck(const char *what, size_t n);
+
+/* Intrusive FIFO of fibers through f->next. */
+typedef struct iof_fiber_queue {
+  iof_fiber *head, *tail;
+} iof_fiber_queue;
+
+static inline void iof__q_push(iof_fiber_queue *q, iof_fiber *f) {
+  f->next = NULL;
+  if (q->tail)
+    q->tail->next = f;
+  else
+    q->head = f;
+  q->tail = f;
+}
+
+static inline iof_fiber *iof__q_pop(iof_fiber_queue *q) {
+  iof_fiber *f = q->head;
+  if (f) {
+    q->head = f->next;
+    if (!q->head) q->tail = NULL;
+    f->next = NULL;
+  }
+  return f;
+}
+
+static inline void iof__q_append(iof_fiber_queue *q, iof_fiber_queue *from) {
+  if (!from->head) return;
+  if (q->tail)
+    q->tail->next = from->head;
+  else
+    q->head = from->head;
+  q->tail = from->tail;
+  from->head = from->tail = NULL;
+}
+
+/* Runs one ready fiber popped from a drain queue during destroy: resumes
+ * started ones, cancels never-started chains. */
+IOF_HIDDEN void iof__drain_one(iof_fiber *f);
+
+#endif

@@ -1,0 +1,141 @@
+/* Stop tokens. One mutex per state guards the callback list; a request
+ * runs callbacks one at a time without the lock, so a callback may
+ * register, unregister (itself too) or request again without deadlock. */
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct iof_stop_state {
+  atomic_size_t refs;
+  atomic_size_t sources;
+  atomic_bool requested;
+  pthread_mutex_t lock;
+  pthread_cond_t done; /* a running callback finished */
+  iof_stop_callback *head;
+  iof_stop_callback *running;
+  pthread_t requester;
+};
+
+static void state_release(iof_stop_state *s) {
+  if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+  pthread_cond_destroy(&s->done);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+int iof_stop_source_init(iof_stop_source *src) {
+  if (!src) return -EINVAL;
+  iof_stop_state *s = calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
+  atomic_init(&s->refs, 1);
+  atomic_init(&s->sources, 1);
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->done, NULL);
+  src->state = s;
+  return 0;
+}
+
+void iof_stop_source_destroy(iof_stop_source *src) {
+  if (!src || !src->state) return;
+  iof_stop_state *s = src->state;
+  src->state = NULL;
+  atomic_fetch_sub(&s->sources, 1);
+  state_release(s);
+}
+
+iof_stop_token iof_stop_source_token(const iof_stop_source *src) {
+  iof_stop_token t = {src ? src->state : NULL};
+  return t;
+}
+
+bool iof_stop_source_request(iof_stop_source *src) {
+  if (!src || !src->state) return false;
+  iof_stop_state *s = src->state;
+  pthread_mutex_lock(&s->lock);
+  if (atomic_load(&s->requested)) {
+    pthread_mutex_unlock(&s->lock);
+    return false;
+  }
+  atomic_store(&s->requested, true);
+  s->requester = pthread_self();
+  while (s->head) {
+    iof_stop_callback *cb = s->head;
+    s->head = cb->next;
+    if (s->head) s->head->prev = NULL;
+    cb->linked = 0;
+    s->running = cb;
+    void (*fn)(void *) = cb->fn;
+    void *arg = cb->arg;
+    pthread_mutex_unlock(&s->lock);
+    fn(arg); /* cb may be gone after this (it may unregister itself) */
+    pthread_mutex_lock(&s->lock);
+    s->running = NULL;
+    pthread_cond_broadcast(&s->done);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return true;
+}
+
+bool iof_stop_requested(iof_stop_token tok) {
+  return tok.state &&
+         atomic_load_explicit(&tok.state->requested, memory_order_acquire);
+}
+
+bool iof_stop_possible(iof_stop_token tok) {
+  return tok.state && (atomic_load(&tok.state->requested) ||
+                       atomic_load(&tok.state->sources) > 0);
+}
+
+iof_stop_token iof_stop_token_retain(iof_stop_token tok) {
+  if (tok.state)
+    atomic_fetch_add_explicit(&tok.state->refs, 1, memory_order_relaxed);
+  return tok;
+}
+
+void iof_stop_token_release(iof_stop_token tok) {
+  if (tok.state) state_release(tok.state);
+}
+
+int iof_stop_callback_register(iof_stop_callback *cb, iof_stop_token tok,
+                               void (*fn)(void *arg), void *arg) {
+  if (!cb || !fn) return -EINVAL;
+  cb->fn = fn;
+  cb->arg = arg;
+  cb->prev = cb->next = NULL;
+  cb->linked = 0;
+  cb->state = tok.state;
+  if (!tok.state) return 0;
+  iof_stop_state *s = tok.state;
+  pthread_mutex_lock(&s->lock);
+  if (atomic_load(&s->requested)) {
+    pthread_mutex_unlock(&s->lock);
+    cb->state = NULL;
+    fn(arg);
+    return 1;
+  }
+  cb->next = s->head;
+  if (s->head) s->head->prev = cb;
+  s->head = cb;
+  cb->linked = 1;
+  pthread_mutex_unlock(&s->lock);
+  return 0;
+}
+
+void iof_stop_callback_unregister(iof_stop_callback *cb) {
+  if (!cb || !cb->state) return;
+  iof_stop_state *s = cb->state;
+  pthread_mutex_lock(&s->lock);
+  if (cb->linked) {
+    if (cb->prev)
+      cb->prev->next = cb->next;
+    else
+      s->head = cb->next;
+    if (cb->next) cb->next->prev = cb->prev;
+    cb->linked = 0;
+  } else if (s->running == cb && !pthread_equal(s->requester, pthread_self())) {
+    while (s->running == cb) pthread_cond_wait(&s->done, &s->lock);
+  }
+  cb->state = NULL;
+  pthread_mutex_unlock(&s->lock);
+}

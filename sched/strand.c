@@ -1,0 +1,136 @@
+/* Strands: a lock and a FIFO in front of any executor. The fiber that
+ * holds the strand is the only one of its fibers handed to the inner
+ * executor; it releases the strand when it switches out (the await hook or
+ * its exit), never earlier, and the release hands the strand to the next
+ * queued fiber. */
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct iof_strand {
+  iof_executor_ref inner;
+  pthread_mutex_t lock;
+  iof_fiber_queue q;
+  bool busy;
+};
+
+/* Hands the strand (already marked busy) to h on the inner executor. A
+ * launch refused there (its context shuts down) is cancelled, and the
+ * strand goes to the next in line. */
+static int hand_over(iof_strand *s, iof_fiber *h) {
+  for (;;) {
+    h->strand = s;
+    int r = s->inner.vt->post(s->inner.ex, h);
+    if (r >= 0) return 0;
+    h->strand = NULL;
+    if (!iof__chain_cancel(h)) return r;
+    pthread_mutex_lock(&s->lock);
+    h = iof__q_pop(&s->q);
+    if (!h) s->busy = false;
+    pthread_mutex_unlock(&s->lock);
+    if (!h) return 0;
+  }
+}
+
+static bool refuse(const iof_strand *s, const iof_fiber *h) {
+  return iof__refuse_after_shutdown(iof_executor_context(s->inner), h);
+}
+
+static int strand_post(const void *ex, iof_fiber *h) {
+  iof_strand *s = (iof_strand *)ex;
+  if (refuse(s, h)) return -ESHUTDOWN;
+  pthread_mutex_lock(&s->lock);
+  if (s->busy) {
+    iof__q_push(&s->q, h);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+  }
+  s->busy = true;
+  pthread_mutex_unlock(&s->lock);
+  int r = hand_over(s, h);
+  if (r < 0) {
+    pthread_mutex_lock(&s->lock);
+    s->busy = false;
+    pthread_mutex_unlock(&s->lock);
+  }
+  return r;
+}
+
+static int strand_dispatch(const void *ex, iof_fiber *h) {
+  iof_strand *s = (iof_strand *)ex;
+  if (refuse(s, h)) return -ESHUTDOWN;
+  if (!iof__thread_runs(iof_executor_context(s->inner)))
+    return strand_post(ex, h);
+  pthread_mutex_lock(&s->lock);
+  if (s->busy) {
+    iof__q_push(&s->q, h);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+  }
+  s->busy = true;
+  pthread_mutex_unlock(&s->lock);
+  h->strand = s;
+  return 1;
+}
+
+void iof__strand_release(iof_fiber *f) {
+  iof_strand *s = f->strand;
+  f->strand = NULL;
+  pthread_mutex_lock(&s->lock);
+  iof_fiber *next = iof__q_pop(&s->q);
+  if (!next) s->busy = false;
+  pthread_mutex_unlock(&s->lock);
+  if (next) hand_over(s, next);
+}
+
+static iof_execution_context *strand_context(const void *ex) {
+  return iof_executor_context(((const iof_strand *)ex)->inner);
+}
+
+static void strand_work_started(const void *ex) {
+  iof_executor_on_work_started(((const iof_strand *)ex)->inner);
+}
+
+static void strand_work_finished(const void *ex) {
+  iof_executor_on_work_finished(((const iof_strand *)ex)->inner);
+}
+
+static const iof_executor_vtbl strand_vtbl = {
+    strand_dispatch, strand_post,         NULL,
+    strand_context,  strand_work_started, strand_work_finished};
+
+iof_strand *iof_strand_create(iof_executor_ref inner) {
+  if (!inner.vt) {
+    errno = EINVAL;
+    return NULL;
+  }
+  iof_strand *s = calloc(1, sizeof *s);
+  if (!s) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  s->inner = inner;
+  pthread_mutex_init(&s->lock, NULL);
+  return s;
+}
+
+int iof_strand_destroy(iof_strand *s) {
+  if (!s) return -EINVAL;
+  pthread_mutex_lock(&s->lock);
+  bool busy = s->busy || s->q.head;
+  pthread_mutex_unlock(&s->lock);
+  if (busy) return -EBUSY;
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+  return 0;
+}
+
+iof_executor_ref iof_strand_executor(iof_strand *s) {
+  return iof_executor_make(s, s ? &strand_vtbl : NULL);
+}
+
+bool iof_strand_running_in_this_thread(const iof_strand *s) {
+  iof_fiber *f = iof_fiber_current();
+  return s && f && f->strand == s;
+}

@@ -1,0 +1,168 @@
+/* A fixed pool of threads sharing one run queue. */
+#include <iofiber/thread_pool.h>
+
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct iof_thread_pool {
+  iof_execution_context ctx;
+  pthread_mutex_t lock;
+  pthread_cond_t cv;
+  iof_fiber_queue q;
+  atomic_long work;
+  bool stop;
+  bool joining;
+  bool joined;
+  size_t n;
+  pthread_t *threads;
+};
+
+static void *worker(void *arg) {
+  iof_thread_pool *p = arg;
+  iof_run_mark mark;
+  iof__run_mark_push(&mark, &p->ctx);
+  pthread_mutex_lock(&p->lock);
+  for (;;) {
+    iof_fiber *f = p->stop ? NULL : iof__q_pop(&p->q);
+    if (f) {
+      pthread_mutex_unlock(&p->lock);
+      iof_fiber_resume(f);
+      pthread_mutex_lock(&p->lock);
+      continue;
+    }
+    if (p->stop || (p->joining && atomic_load(&p->work) == 0)) break;
+    pthread_cond_wait(&p->cv, &p->lock);
+  }
+  pthread_mutex_unlock(&p->lock);
+  iof__run_mark_pop(&mark);
+  return NULL;
+}
+
+static int pool_post(const void *ex, iof_fiber *h) {
+  iof_thread_pool *p = (iof_thread_pool *)ex;
+  if (iof__refuse_after_shutdown(&p->ctx, h)) return -ESHUTDOWN;
+  pthread_mutex_lock(&p->lock);
+  iof__q_push(&p->q, h);
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->lock);
+  return 0;
+}
+
+static int pool_dispatch(const void *ex, iof_fiber *h) {
+  iof_thread_pool *p = (iof_thread_pool *)ex;
+  if (iof__refuse_after_shutdown(&p->ctx, h)) return -ESHUTDOWN;
+  if (iof__thread_runs(&p->ctx)) return 1;
+  return pool_post(ex, h);
+}
+
+static iof_execution_context *pool_context(const void *ex) {
+  return &((iof_thread_pool *)ex)->ctx;
+}
+
+static void pool_work_started(const void *ex) {
+  atomic_fetch_add_explicit(&((iof_thread_pool *)ex)->work, 1,
+                            memory_order_relaxed);
+}
+
+static void pool_work_finished(const void *ex) {
+  iof_thread_pool *p = (iof_thread_pool *)ex;
+  if (atomic_fetch_sub_explicit(&p->work, 1, memory_order_acq_rel) == 1) {
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+  }
+}
+
+static const iof_executor_vtbl pool_vtbl = {
+    pool_dispatch, pool_post,         NULL,
+    pool_context,  pool_work_started, pool_work_finished};
+
+iof_thread_pool *iof_thread_pool_create(size_t n) {
+  if (n == 0 || n > 1024) {
+    errno = EINVAL;
+    return NULL;
+  }
+  iof_thread_pool *p = calloc(1, sizeof *p);
+  pthread_t *t = calloc(n, sizeof *t);
+  if (!p || !t || iof_execution_context_init(&p->ctx) != 0) {
+    free(p);
+    free(t);
+    errno = ENOMEM;
+    return NULL;
+  }
+  p->threads = t;
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  atomic_init(&p->work, 0);
+  for (size_t i = 0; i < n; i++) {
+    int r = pthread_create(&t[i], NULL, worker, p);
+    if (r != 0) {
+      p->n = i;
+      iof_thread_pool_destroy(p);
+      errno = r;
+      return NULL;
+    }
+  }
+  p->n = n;
+  return p;
+}
+
+iof_executor_ref iof_thread_pool_executor(iof_thread_pool *p) {
+  return iof_executor_make(p, p ? &pool_vtbl : NULL);
+}
+
+iof_execution_context *iof_thread_pool_context(iof_thread_pool *p) {
+  return p ? &p->ctx : NULL;
+}
+
+void iof_thread_pool_stop(iof_thread_pool *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->lock);
+  p->stop = true;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lock);
+}
+
+int iof_thread_pool_join(iof_thread_pool *p) {
+  if (!p) return -EINVAL;
+  if (iof__thread_runs(&p->ctx)) return -EDEADLK;
+  pthread_mutex_lock(&p->lock);
+  p->joining = true;
+  bool joined = p->joined;
+  p->joined = true;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->lock);
+  if (!joined)
+    for (size_t i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
+  return 0;
+}
+
+int iof_thread_pool_destroy(iof_thread_pool *p) {
+  if (!p) return -EINVAL;
+  if (iof__thread_runs(&p->ctx)) return -EDEADLK;
+  iof_thread_pool_stop(p);
+  iof_thread_pool_join(p);
+  iof_execution_context_shutdown(&p->ctx);
+  /* The threads are gone: this thread runs what is left to its end. */
+  iof_run_mark mark;
+  iof__run_mark_push(&mark, &p->ctx);
+  /* Bounded: a fiber that re-queues itself forever cannot hang destroy. */
+  for (long i = 0; i < 10000000; i++) {
+    pthread_mutex_lock(&p->lock);
+    iof_fiber *f = iof__q_pop(&p->q);
+    pthread_mutex_unlock(&p->lock);
+    if (!f) break;
+    iof__drain_one(f);
+  }
+  iof__run_mark_pop(&mark);
+  long left = atomic_load(&p->work);
+  if (left > 0) iof__report_stuck("thread pool", (size_t)left);
+  iof_execution_context_destroy(&p->ctx);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->lock);
+  free(p->threads);
+  free(p);
+  return 0;
+}
