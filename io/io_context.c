@@ -8,29 +8,11 @@
  * host's loop, the same batches run from libev watchers instead. */
 #include <iofiber/io_context.h>
 
-#include "sched/sched_internal.h"
+#include "io/io_internal.h"
 
 #include <errno.h>
 #include <ev.h>
 #include <stdlib.h>
-
-struct iof_io_context {
-  iof_execution_context ctx;
-  struct ev_loop *loop;
-  bool own_loop;
-  ev_async wake;
-  ev_idle idle;       /* attached: keeps the host loop spinning while ready */
-  ev_prepare prepare; /* attached: runs ready fibers before the loop blocks */
-  ev_timer deadline;  /* run_for */
-  iof_fiber_queue local;
-  pthread_mutex_t rlock;
-  iof_fiber_queue remote;
-  atomic_bool remote_pending;
-  atomic_long work;
-  atomic_bool stopped;
-  atomic_int running;
-  bool timed_out;
-};
 
 static bool on_loop_thread(const iof_io_context *io) {
   return iof__thread_runs(&io->ctx);
@@ -49,7 +31,7 @@ static bool has_ready(iof_io_context *io) {
          atomic_load_explicit(&io->remote_pending, memory_order_acquire);
 }
 
-static void enqueue(iof_io_context *io, iof_fiber *h) {
+void iof__io_enqueue(iof_io_context *io, iof_fiber *h) {
   if (on_loop_thread(io)) {
     iof__q_push(&io->local, h);
     if (!io->own_loop && !ev_is_active(&io->idle))
@@ -66,7 +48,7 @@ static void enqueue(iof_io_context *io, iof_fiber *h) {
 static int io_post(const void *ex, iof_fiber *h) {
   iof_io_context *io = (iof_io_context *)ex;
   if (iof__refuse_after_shutdown(&io->ctx, h)) return -ESHUTDOWN;
-  enqueue(io, h);
+  iof__io_enqueue(io, h);
   return 0;
 }
 
@@ -74,7 +56,7 @@ static int io_dispatch(const void *ex, iof_fiber *h) {
   iof_io_context *io = (iof_io_context *)ex;
   if (iof__refuse_after_shutdown(&io->ctx, h)) return -ESHUTDOWN;
   if (on_loop_thread(io)) return 1;
-  enqueue(io, h);
+  iof__io_enqueue(io, h);
   return 0;
 }
 
@@ -177,6 +159,40 @@ static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   io->timed_out = true;
 }
 
+static const char io_kind = 'i';
+
+iof_io_context *iof__io_of(iof_execution_context *ctx) {
+  return ctx && ctx->kind == &io_kind ? (iof_io_context *)ctx : NULL;
+}
+
+/* The io_context's own service, made first so it is shut down last and
+ * destroyed last: its shutdown cancels every armed wait (the fibers then
+ * run to their end in the drain); its destroy closes sockets left open. */
+typedef struct io_service {
+  iof_service base;
+  iof_io_context *io;
+} io_service;
+
+static iof_service *io_service_create(iof_execution_context *ctx) {
+  io_service *s = calloc(1, sizeof *s);
+  if (s) s->io = (iof_io_context *)ctx;
+  return s ? &s->base : NULL;
+}
+
+static void io_service_shutdown(iof_service *svc) {
+  iof_io_context *io = ((io_service *)svc)->io;
+  for (iof_wait *w = io->armed; w; w = w->reg_next)
+    iof__wait_cancel(w, -ECANCELED);
+}
+
+static void io_service_destroy(iof_service *svc) {
+  iof__io_close_all(((io_service *)svc)->io);
+  free(svc);
+}
+
+static const iof_service_key io_service_key = {
+    "iofiber.io", io_service_create, io_service_shutdown, io_service_destroy};
+
 static iof_io_context *make(struct ev_loop *loop, bool own) {
   iof_io_context *io = calloc(1, sizeof *io);
   if (!io || iof_execution_context_init(&io->ctx) != 0) {
@@ -184,8 +200,15 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
     errno = ENOMEM;
     return NULL;
   }
+  io->ctx.kind = &io_kind;
   io->loop = loop;
   io->own_loop = own;
+  if (!iof_make_service(&io->ctx, &io_service_key)) {
+    iof_execution_context_destroy(&io->ctx);
+    free(io);
+    errno = ENOMEM;
+    return NULL;
+  }
   pthread_mutex_init(&io->rlock, NULL);
   ev_async_init(&io->wake, wake_cb);
   ev_async_start(loop, &io->wake);
@@ -304,11 +327,14 @@ int iof_io_context_destroy(iof_io_context *io) {
   if (!io) return -EINVAL;
   if (atomic_load(&io->running)) return -EBUSY;
   /* (1) refuse launches, (2) services cancel what they hold, (3) run the
-   * ready fibers to their end here, never-started ones cancelled, then
-   * (5) services are destroyed. */
+   * ready fibers to their end here, (4) then cancel never-started ones,
+   * then (5) services are destroyed. */
   iof_execution_context_shutdown(&io->ctx);
   iof_run_mark mark;
   iof__run_mark_push(&mark, &io->ctx);
+  /* (4) waits until (3) is over: never-started fibers are set aside while
+   * any started one is ready, then cancelled (a raw fiber is run). */
+  iof_fiber_queue later = {NULL, NULL};
   for (long i = 0; i < 10000000; i++) {
     take_remote(io);
     iof_fiber *f = iof__q_pop(&io->local);
@@ -316,8 +342,13 @@ int iof_io_context_destroy(iof_io_context *io) {
       ev_run(io->loop, EVRUN_NOWAIT); /* completions already delivered */
       take_remote(io);
       f = iof__q_pop(&io->local);
-      if (!f) break;
     }
+    if (f && f->state == IOF_FS_CREATED) {
+      iof__q_push(&later, f);
+      continue;
+    }
+    if (!f) f = iof__q_pop(&later);
+    if (!f) break;
     iof__drain_one(f);
   }
   iof__run_mark_pop(&mark);
@@ -336,4 +367,37 @@ int iof_io_context_destroy(iof_io_context *io) {
   pthread_mutex_destroy(&io->rlock);
   free(io);
   return 0;
+}
+
+/* ---- the process-wide io_context for fibers on other executors -------- */
+
+static iof_io_context *fallback;
+static pthread_once_t fallback_once = PTHREAD_ONCE_INIT;
+
+static void *fallback_main(void *arg) {
+  iof_io_context *io = arg;
+  iof_work_guard g; /* runs for the life of the process */
+  iof_work_guard_init(&g, iof_io_context_executor(io));
+  iof_io_context_run(io);
+  return NULL;
+}
+
+static void make_fallback(void) {
+  iof_io_context *io = iof_io_context_create();
+  pthread_t t;
+  if (!io) return;
+  if (pthread_create(&t, NULL, fallback_main, io) != 0) {
+    iof_io_context_destroy(io);
+    return;
+  }
+  pthread_detach(t);
+  fallback = io;
+}
+
+iof_io_context *iof__io_for_env(const iof_env *env) {
+  iof_io_context *io = iof__io_of(iof_executor_context(env->executor));
+  if (io) return io;
+  pthread_once(&fallback_once, make_fallback);
+  if (!fallback) errno = ENOMEM;
+  return fallback;
 }

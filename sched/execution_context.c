@@ -12,6 +12,7 @@ int iof_execution_context_init(iof_execution_context *ctx) {
     return -ENOMEM;
   }
   ctx->services = NULL;
+  ctx->kind = NULL;
   atomic_init(&ctx->state, 0);
   atomic_init(&ctx->frame_allocator, NULL);
   return 0;
@@ -101,16 +102,16 @@ static iof_service *obtain(iof_execution_context *ctx,
   pthread_mutex_lock(&ctx->lock);
   iof_service **pp = &ctx->services;
   while (*pp != &ph.svc) pp = &(*pp)->next;
+  *pp = ph.svc.next;
   if (made) {
-    /* Keeps the place of the placeholder: order of addition is the order
-     * in which creation began. */
+    /* Added (newest) when its create returns, as asio does: a service whose
+     * create obtained other services is added after them, so it is shut
+     * down and destroyed before the services it depends on. */
     made->key = key;
     made->ctx = ctx;
     made->creating = 0;
-    made->next = ph.svc.next;
-    *pp = made;
-  } else {
-    *pp = ph.svc.next;
+    made->next = ctx->services;
+    ctx->services = made;
   }
   pthread_cond_broadcast(&ctx->created);
   pthread_mutex_unlock(&ctx->lock);

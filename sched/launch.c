@@ -145,6 +145,12 @@ static int await_in(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt) {
   return vt->resume ? vt->resume(aw) : 0;
 }
 
+int iof__await_nocheck(void *aw, const iof_awaitable_vtbl *vt) {
+  iof_fiber *self = launched_self();
+  if (!self) return -EPERM;
+  return await_in(self, aw, vt);
+}
+
 int iof_await(void *aw, const iof_awaitable_vtbl *vt) {
   iof_fiber *self = launched_self();
   if (!self) return -EPERM;
@@ -232,7 +238,11 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
     hop back = {caller->executor, 0, 0};
     await_in(self, &back, &hop_vtbl);
     iof_executor_on_work_finished(env.executor);
+    /* The return is a resume: await_in refreshed the allocator from the
+     * caller's env, as every resume does (a value saved on another thread
+     * before the hop must not override it). */
+  } else {
+    iof_set_current_frame_allocator(saved);
   }
-  iof_set_current_frame_allocator(saved);
   return status;
 }

@@ -46,6 +46,10 @@ IOF_HIDDEN bool iof__chain_cancel(iof_fiber *f);
 /* Releases the strand held by f (the switch-out hook of strands). */
 IOF_HIDDEN void iof__strand_release(iof_fiber *f);
 
+/* iof_await without the shutdown check, for the runtime's own hops (a
+ * fiber must always be able to get back to its executor). */
+IOF_HIDDEN int iof__await_nocheck(void *aw, const iof_awaitable_vtbl *vt);
+
 /* The fiber's context is shutting down (await refuses to start). */
 IOF_HIDDEN bool iof__env_stopping(const iof_env *env);
 

@@ -17,5 +17,8 @@
 #include <iofiber/strand.h>
 #include <iofiber/thread_pool.h>
 #include <iofiber/io_context.h>
+#include <iofiber/timer.h>
+#include <iofiber/resolver.h>
+#include <iofiber/socket.h>
 
 #endif

@@ -106,6 +106,7 @@ struct iof_execution_context {
   iof_service *services; /* newest first */
   atomic_int state;      /* 0 running, 1 shutting down, 2 shut down */
   iof_frame_allocator *_Atomic frame_allocator; /* NULL: default */
+  const void *kind; /* set by built-in contexts (io/ finds its io_context) */
 };
 
 /* Initializes ctx (no services). 0; -EINVAL on NULL; -ENOMEM. */

@@ -1,0 +1,138 @@
+/* iofiber: sockets bound to an io_context. Blocking-style calls for fibers:
+ * a call that would block suspends the calling fiber (any executor: an op
+ * from a thread pool registers with the socket's io_context and resumes on
+ * the pool). Byte calls return > 0 bytes, 0 at end of stream, < 0 -errno.
+ * No call raises SIGPIPE. Every wait checks the chain's stop token and
+ * completes with -ECANCELED on a stop request or when the socket is
+ * closed. Calls that may wait return -EPERM outside a launched fiber.
+ *
+ * Lifetime: iof_socket_close closes the descriptor (idempotent; the object
+ * stays valid and later calls get -EBADF); iof_socket_free closes and
+ * frees. Sockets still allocated when their io_context is destroyed are
+ * freed with it. */
+#ifndef IOFIBER_SOCKET_H
+#define IOFIBER_SOCKET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <iofiber/io_context.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct iof_socket iof_socket;
+
+/* Listen flags. */
+#define IOF_LISTEN_REUSEPORT 1 /* SO_REUSEPORT: one listener per io_context */
+#define IOF_LISTEN_V6ONLY 2
+
+/* TCP listener on host:port (host NULL or "": all addresses; port "0":
+ * any). SO_REUSEADDR always. backlog <= 0: SOMAXCONN. 0 and *out; -EINVAL,
+ * -EADDRINUSE, -EACCES, -EMFILE, -ENOMEM, or a resolution error as
+ * -EHOSTUNREACH (use iof_resolve for the details). */
+IOF_API int iof_tcp_listen(iof_io_context *io, const char *host,
+                           const char *port, int backlog, int flags,
+                           iof_socket **out);
+IOF_API int iof_tcp_listen_addr(iof_io_context *io, const struct sockaddr *sa,
+                                socklen_t len, int backlog, int flags,
+                                iof_socket **out);
+
+/* The bound local address (e.g. the port chosen for "0"). 0 or -errno. */
+IOF_API int iof_socket_local_addr(iof_socket *s, struct sockaddr *sa,
+                                  socklen_t *len);
+/* The bound port, host order; -errno on error. */
+IOF_API int iof_socket_local_port(iof_socket *s);
+
+/* Accepts one connection (on the listener's io_context); peer may be
+ * NULL. 0 and *out; -EMFILE/-ENFILE (the caller decides how to back off),
+ * -ECANCELED, -EBADF, -EINVAL (not a listener). */
+IOF_API int iof_accept(iof_socket *listener, iof_socket **out,
+                       struct sockaddr *peer, socklen_t *peer_len);
+
+/* Connects, resolving host:port on the resolver thread and trying each
+ * address. 0 and *out; -ECONNREFUSED, -ETIMEDOUT, -ECANCELED, -EHOSTUNREACH
+ * (resolution failed)... */
+IOF_API int iof_tcp_connect(iof_io_context *io, const char *host,
+                            const char *port, iof_socket **out);
+IOF_API int iof_tcp_connect_addr(iof_io_context *io, const struct sockaddr *sa,
+                                 socklen_t len, iof_socket **out);
+
+/* Unix domain stream sockets by path (an existing socket file is replaced
+ * by listen). Same results as the TCP calls. */
+IOF_API int iof_unix_listen(iof_io_context *io, const char *path, int backlog,
+                            iof_socket **out);
+IOF_API int iof_unix_connect(iof_io_context *io, const char *path,
+                             iof_socket **out);
+
+/* Wraps an fd created elsewhere (made non-blocking; the socket owns it from
+ * now on). 0 and *out; -EBADF, -EINVAL, -ENOMEM. */
+IOF_API int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out);
+
+/* Reads what is available, at most len (waits if nothing is). len 0
+ * returns 0 at once. -EBADF (closed), -EINVAL (listener or NULL socket),
+ * -EFAULT (NULL buf with len > 0), -ECONNRESET, -ECANCELED. */
+IOF_API ssize_t iof_read_some(iof_socket *s, void *buf, size_t len);
+
+/* Writes what fits, at least one byte (waits for room). Errors as read,
+ * plus -EPIPE. */
+IOF_API ssize_t iof_write_some(iof_socket *s, const void *buf, size_t len);
+
+/* Reads exactly len bytes, fewer only at end of stream (the count read);
+ * an error after some bytes returns the error. */
+IOF_API ssize_t iof_read(iof_socket *s, void *buf, size_t len);
+
+/* Writes all len bytes; returns len or an error. */
+IOF_API ssize_t iof_write(iof_socket *s, const void *buf, size_t len);
+
+/* Scatter read (some, like read_some) and gather write (all, like write).
+ * iovcnt 1..IOV_MAX, else -EINVAL. */
+IOF_API ssize_t iof_readv(iof_socket *s, const struct iovec *iov, int iovcnt);
+IOF_API ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt);
+
+/* shutdown(2): SHUT_RD, SHUT_WR or SHUT_RDWR. 0 or -errno. */
+IOF_API int iof_socket_shutdown(iof_socket *s, int how);
+
+/* Closes the descriptor; pending operations complete with -ECANCELED.
+ * 0; a second close is harmless (0); -EINVAL on NULL. From a fiber on any
+ * executor, or from a thread while the io_context is not running. */
+IOF_API int iof_socket_close(iof_socket *s);
+
+/* Closes if open, then frees the object. -EINVAL on NULL. */
+IOF_API int iof_socket_free(iof_socket *s);
+
+/* The descriptor, or -EBADF once closed. */
+IOF_API int iof_socket_fd(const iof_socket *s);
+IOF_API iof_io_context *iof_socket_io_context(const iof_socket *s);
+
+/* TCP_NODELAY and SO_KEEPALIVE. 0 or -errno. */
+IOF_API int iof_socket_set_nodelay(iof_socket *s, bool on);
+IOF_API int iof_socket_set_keepalive(iof_socket *s, bool on);
+
+/* UDP socket bound to host:port (port "0": any). 0 and *out, or -errno. */
+IOF_API int iof_udp_bind(iof_io_context *io, const char *host, const char *port,
+                         iof_socket **out);
+/* An unbound UDP socket of the given family (AF_INET or AF_INET6). */
+IOF_API int iof_udp_open(iof_io_context *io, int family, iof_socket **out);
+
+/* One datagram. sendto returns the bytes sent; recvfrom the datagram's
+ * size (truncated to len); from may be NULL. Errors as read/write. */
+IOF_API ssize_t iof_sendto(iof_socket *s, const void *buf, size_t len,
+                           const struct sockaddr *to, socklen_t to_len);
+IOF_API ssize_t iof_recvfrom(iof_socket *s, void *buf, size_t len,
+                             struct sockaddr *from, socklen_t *from_len);
+
+/* Waits until a foreign fd (not owned by a socket) is readable or
+ * writable, at most timeout_ns (< 0: no limit). 0 when ready; -ETIMEDOUT,
+ * -ECANCELED, -EBADF, -EPERM outside a launched fiber. */
+IOF_API int iof_wait_readable(iof_io_context *io, int fd, int64_t timeout_ns);
+IOF_API int iof_wait_writable(iof_io_context *io, int fd, int64_t timeout_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,472 @@
+/* Sockets: the read/write paths and the one ev_io each socket keeps.
+ *
+ * A socket's ev_io is started once and its mask only changes when a wait
+ * needs a direction it lacks, or an event arrives that nobody waits for (a
+ * level-triggered event must not spin). In request/response traffic the
+ * mask never changes, so a round trip costs a read and a write, as in a
+ * hand-written libev server. A read first tries the syscall only when the
+ * last one filled its buffer: after a short read the socket was drained,
+ * and a blind read would cost a wasted EAGAIN per round trip. */
+#include "io/socket_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void set_interest(iof_socket *s, int ev) {
+  if (ev == s->interest) return;
+  struct ev_loop *loop = s->io->loop;
+  ev_io_stop(loop, &s->w);
+  s->interest = ev;
+  if (ev) {
+    ev_io_modify(&s->w, ev);
+    ev_io_start(loop, &s->w);
+  }
+}
+
+static void wake_first(iof_wait *list) {
+  for (iof_wait *w = list; w; w = w->next)
+    if (iof__wait_complete(w, 0)) return;
+}
+
+static void on_io(struct ev_loop *loop, ev_io *ew, int revents) {
+  (void)loop;
+  iof_socket *s = ew->data;
+  int drop = 0;
+  if (revents & EV_READ) {
+    if (s->rd)
+      wake_first(s->rd);
+    else
+      drop |= EV_READ;
+  }
+  if (revents & EV_WRITE) {
+    if (s->wr)
+      wake_first(s->wr);
+    else
+      drop |= EV_WRITE;
+  }
+  if (drop) set_interest(s, s->interest & ~drop);
+}
+
+static iof_wait **list_of(iof_socket *s, iof_wait *w) {
+  return w->dir == EV_WRITE ? &s->wr : &s->rd;
+}
+
+static int arm(iof_wait *w) {
+  iof_socket *s = w->obj;
+  if (s->closed) return -EBADF;
+  iof_wait **list = list_of(s, w);
+  w->next = NULL;
+  w->prev = NULL;
+  if (!*list) {
+    *list = w;
+  } else {
+    iof_wait *t = *list;
+    while (t->next) t = t->next;
+    t->next = w;
+    w->prev = t;
+  }
+  set_interest(s, s->interest | (list == &s->rd ? EV_READ : EV_WRITE));
+  return 0;
+}
+
+static void disarm(iof_wait *w) {
+  iof_socket *s = w->obj;
+  if (!s) return; /* detached by close */
+  iof_wait **list = list_of(s, w);
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    *list = w->next;
+  if (w->next) w->next->prev = w->prev;
+}
+
+int iof__socket_wait(iof_socket *s, int dir) {
+  iof_wait w = {0};
+  w.io = s->io;
+  w.obj = s;
+  w.arm = arm;
+  w.disarm = disarm;
+  w.dir = dir;
+  w.timeout_ns = -1;
+  return iof__wait(&w);
+}
+
+int iof__socket_check(const iof_socket *s) {
+  if (!s) return -EINVAL;
+  return s->closed ? -EBADF : 0;
+}
+
+static void link_socket(iof_io_context *io, iof_socket *s) {
+  pthread_mutex_lock(&io->rlock);
+  s->prev = NULL;
+  s->next = io->sockets;
+  if (io->sockets) io->sockets->prev = s;
+  io->sockets = s;
+  pthread_mutex_unlock(&io->rlock);
+}
+
+static void unlink_socket(iof_socket *s) {
+  iof_io_context *io = s->io;
+  pthread_mutex_lock(&io->rlock);
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    io->sockets = s->next;
+  if (s->next) s->next->prev = s->prev;
+  pthread_mutex_unlock(&io->rlock);
+}
+
+int iof__socket_new(iof_io_context *io, int fd, int family, int type,
+                    bool listener, iof_socket **out) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+      fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  iof_socket *s = calloc(1, sizeof *s);
+  if (!s) {
+    close(fd);
+    return -ENOMEM;
+  }
+  s->io = io;
+  s->fd = fd;
+  s->family = family;
+  s->type = type;
+  s->listener = listener;
+  s->read_first = true;
+  int so_type;
+  socklen_t sl = sizeof so_type;
+  s->is_socket = getsockopt(fd, SOL_SOCKET, SO_TYPE, &so_type, &sl) == 0;
+  ev_io_init(&s->w, on_io, fd, 0);
+  s->w.data = s;
+  link_socket(io, s);
+  *out = s;
+  return 0;
+}
+
+int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
+  if (!io || !out) return -EINVAL;
+  if (fd < 0 || fcntl(fd, F_GETFD) < 0) return -EBADF;
+  int type = 0, acc = 0;
+  socklen_t sl = sizeof type;
+  getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+  sl = sizeof acc;
+  getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &sl);
+  struct sockaddr_storage ss;
+  socklen_t al = sizeof ss;
+  int family =
+      getsockname(fd, (struct sockaddr *)&ss, &al) == 0 ? ss.ss_family : 0;
+  return iof__socket_new(io, fd, family, type, acc != 0, out);
+}
+
+/* Detaches and cancels the waiters, stops the watcher, closes the fd. On
+ * io's thread (or while nobody runs io). */
+static void close_now(iof_socket *s) {
+  s->closed = true;
+  iof_wait **lists[2] = {&s->rd, &s->wr};
+  for (int i = 0; i < 2; i++) {
+    for (iof_wait *w = *lists[i]; w; w = w->next) {
+      iof__wait_cancel(w, -ECANCELED);
+      w->obj = NULL;
+    }
+    *lists[i] = NULL;
+  }
+  set_interest(s, 0);
+  close(s->fd);
+  s->fd = -1;
+}
+
+int iof_socket_close(iof_socket *s) {
+  if (!s) return -EINVAL;
+  if (s->closed) return 0;
+  bool hopped;
+  int r = iof__io_enter(s->io, &hopped);
+  if (r < 0) return r;
+  if (!s->closed) close_now(s);
+  iof__io_leave(s->io, hopped);
+  return 0;
+}
+
+int iof_socket_free(iof_socket *s) {
+  if (!s) return -EINVAL;
+  int r = iof_socket_close(s);
+  if (r < 0) return r;
+  unlink_socket(s);
+  free(s);
+  return 0;
+}
+
+void iof__io_close_all(iof_io_context *io) {
+  while (io->sockets) {
+    iof_socket *s = io->sockets;
+    io->sockets = s->next;
+    if (!s->closed) close_now(s);
+    free(s);
+  }
+}
+
+int iof_socket_fd(const iof_socket *s) {
+  if (!s) return -EINVAL;
+  return s->closed ? -EBADF : s->fd;
+}
+
+iof_io_context *iof_socket_io_context(const iof_socket *s) {
+  return s ? s->io : NULL;
+}
+
+int iof_socket_shutdown(iof_socket *s, int how) {
+  int r = iof__socket_check(s);
+  if (r < 0) return r;
+  return shutdown(s->fd, how) == 0 ? 0 : -errno;
+}
+
+static int set_opt(iof_socket *s, int level, int name, bool on) {
+  int r = iof__socket_check(s);
+  if (r < 0) return r;
+  int v = on;
+  return setsockopt(s->fd, level, name, &v, sizeof v) == 0 ? 0 : -errno;
+}
+
+int iof_socket_set_nodelay(iof_socket *s, bool on) {
+  return set_opt(s, IPPROTO_TCP, TCP_NODELAY, on);
+}
+
+int iof_socket_set_keepalive(iof_socket *s, bool on) {
+  return set_opt(s, SOL_SOCKET, SO_KEEPALIVE, on);
+}
+
+int iof_socket_local_addr(iof_socket *s, struct sockaddr *sa, socklen_t *len) {
+  int r = iof__socket_check(s);
+  if (r < 0) return r;
+  if (!sa || !len) return -EINVAL;
+  return getsockname(s->fd, sa, len) == 0 ? 0 : -errno;
+}
+
+int iof_socket_local_port(iof_socket *s) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  int r = iof_socket_local_addr(s, (struct sockaddr *)&ss, &len);
+  if (r < 0) return r;
+  if (ss.ss_family == AF_INET)
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  if (ss.ss_family == AF_INET6)
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  return -EAFNOSUPPORT;
+}
+
+/* ---- byte paths -------------------------------------------------------- */
+
+/* Checks shared by every byte call; 1 means "return 0 now" (len 0). */
+static int byte_check(iof_socket *s, const void *buf, size_t len) {
+  int r = iof__socket_check(s);
+  if (r < 0) return r;
+  if (s->listener) return -EINVAL;
+  if (!buf && len) return -EFAULT;
+  if (!len) return 1;
+  iof_fiber *self = iof_fiber_current();
+  if (!self || !self->env) return -EPERM;
+  if (iof_stop_requested(self->env->stop_token)) return -ECANCELED;
+  return 0;
+}
+
+ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
+  int r = byte_check(s, buf, len);
+  if (r != 0) return r > 0 ? 0 : r;
+  for (;;) {
+    if (s->read_first) {
+      ssize_t n = read(s->fd, buf, len);
+      if (n >= 0) {
+        s->read_first = (size_t)n == len;
+        return n;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+    }
+    s->read_first = false;
+    r = iof__socket_wait(s, EV_READ);
+    if (r < 0) return r;
+    if (s->closed) return -EBADF;
+    s->read_first = true;
+  }
+}
+
+ssize_t iof_readv(iof_socket *s, const struct iovec *iov, int iovcnt) {
+  if (!iov || iovcnt <= 0 || iovcnt > IOV_MAX) return -EINVAL;
+  size_t total = 0;
+  for (int i = 0; i < iovcnt; i++) {
+    if (!iov[i].iov_base && iov[i].iov_len) return -EFAULT;
+    total += iov[i].iov_len;
+  }
+  int r = byte_check(s, iov, total);
+  if (r != 0) return r > 0 ? 0 : r;
+  for (;;) {
+    if (s->read_first) {
+      ssize_t n = readv(s->fd, iov, iovcnt);
+      if (n >= 0) {
+        s->read_first = (size_t)n == total;
+        return n;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+    }
+    s->read_first = false;
+    r = iof__socket_wait(s, EV_READ);
+    if (r < 0) return r;
+    if (s->closed) return -EBADF;
+    s->read_first = true;
+  }
+}
+
+static ssize_t send_once(iof_socket *s, const void *buf, size_t len) {
+  if (s->is_socket) return send(s->fd, buf, len, MSG_NOSIGNAL);
+  return write(s->fd, buf, len);
+}
+
+ssize_t iof_write_some(iof_socket *s, const void *buf, size_t len) {
+  int r = byte_check(s, buf, len);
+  if (r != 0) return r > 0 ? 0 : r;
+  for (;;) {
+    ssize_t n = send_once(s, buf, len);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+    r = iof__socket_wait(s, EV_WRITE);
+    if (r < 0) return r;
+    if (s->closed) return -EBADF;
+  }
+}
+
+ssize_t iof_read(iof_socket *s, void *buf, size_t len) {
+  if (!len) {
+    int r = byte_check(s, buf, 0);
+    return r < 0 ? r : 0;
+  }
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = iof_read_some(s, (char *)buf + got, len - got);
+    if (n < 0) return n;
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  return (ssize_t)got;
+}
+
+ssize_t iof_write(iof_socket *s, const void *buf, size_t len) {
+  if (!len) {
+    int r = byte_check(s, buf, 0);
+    return r < 0 ? r : 0;
+  }
+  size_t put = 0;
+  while (put < len) {
+    ssize_t n = iof_write_some(s, (const char *)buf + put, len - put);
+    if (n < 0) return n;
+    put += (size_t)n;
+  }
+  return (ssize_t)put;
+}
+
+ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt) {
+  if (!iov || iovcnt <= 0 || iovcnt > IOV_MAX) return -EINVAL;
+  struct iovec v[64];
+  size_t total = 0;
+  for (int i = 0; i < iovcnt; i++) {
+    if (!iov[i].iov_base && iov[i].iov_len) return -EFAULT;
+    total += iov[i].iov_len;
+  }
+  int r = byte_check(s, iov, total);
+  if (r != 0) return r > 0 ? 0 : r;
+  size_t put = 0;
+  int first = 0;
+  size_t skip = 0; /* bytes of iov[first] already written */
+  while (put < total) {
+    int cnt = 0;
+    for (int i = first; i < iovcnt && cnt < 64; i++, cnt++) {
+      v[cnt] = iov[i];
+      if (i == first) {
+        v[cnt].iov_base = (char *)v[cnt].iov_base + skip;
+        v[cnt].iov_len -= skip;
+      }
+    }
+    ssize_t n;
+    if (s->is_socket) {
+      struct msghdr m = {0};
+      m.msg_iov = v;
+      m.msg_iovlen = (size_t)cnt;
+      n = sendmsg(s->fd, &m, MSG_NOSIGNAL);
+    } else {
+      n = writev(s->fd, v, cnt);
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+      r = iof__socket_wait(s, EV_WRITE);
+      if (r < 0) return r;
+      if (s->closed) return -EBADF;
+      continue;
+    }
+    put += (size_t)n;
+    size_t adv = (size_t)n + skip;
+    while (first < iovcnt && adv >= iov[first].iov_len) {
+      adv -= iov[first].iov_len;
+      first++;
+    }
+    skip = adv;
+  }
+  return (ssize_t)put;
+}
+
+/* ---- foreign descriptors ---------------------------------------------- */
+
+typedef struct fd_wait {
+  iof_wait w;
+  ev_io io;
+  int fd;
+  int ev;
+} fd_wait;
+
+static void on_fd(struct ev_loop *loop, ev_io *ew, int revents) {
+  (void)loop;
+  (void)revents;
+  iof__wait_complete(ew->data, 0);
+}
+
+static int fd_arm(iof_wait *w) {
+  fd_wait *f = (fd_wait *)w;
+  ev_io_init(&f->io, on_fd, f->fd, f->ev);
+  f->io.data = w;
+  ev_io_start(w->io->loop, &f->io);
+  return 0;
+}
+
+static void fd_disarm(iof_wait *w) {
+  fd_wait *f = (fd_wait *)w;
+  ev_io_stop(w->io->loop, &f->io);
+}
+
+static int wait_fd(iof_io_context *io, int fd, int ev, int64_t timeout_ns) {
+  if (!io) return -EINVAL;
+  if (fd < 0 || fcntl(fd, F_GETFD) < 0) return -EBADF;
+  fd_wait f = {0};
+  f.fd = fd;
+  f.ev = ev;
+  f.w.io = io;
+  f.w.arm = fd_arm;
+  f.w.disarm = fd_disarm;
+  f.w.timeout_ns = timeout_ns < 0 ? -1 : timeout_ns;
+  return iof__wait(&f.w);
+}
+
+int iof_wait_readable(iof_io_context *io, int fd, int64_t timeout_ns) {
+  return wait_fd(io, fd, EV_READ, timeout_ns);
+}
+
+int iof_wait_writable(iof_io_context *io, int fd, int64_t timeout_ns) {
+  return wait_fd(io, fd, EV_WRITE, timeout_ns);
+}
