@@ -20,5 +20,8 @@
 #include <iofiber/timer.h>
 #include <iofiber/resolver.h>
 #include <iofiber/socket.h>
+#include <iofiber/stream.h>
+#include <iofiber/signal.h>
+#include <iofiber/deadline.h>
 
 #endif

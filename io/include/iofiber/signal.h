@@ -1,0 +1,21 @@
+/* iofiber: waiting for POSIX signals in a fiber (libev ev_signal). */
+#ifndef IOFIBER_SIGNAL_H
+#define IOFIBER_SIGNAL_H
+
+#include <iofiber/io_context.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Suspends until signal signo is delivered to the process; returns signo.
+ * While a fiber waits, the signal's disposition is libev's (the default
+ * action does not happen). A signal can be watched by one io_context at a
+ * time. -EINVAL (bad signo, SIGKILL/SIGSTOP), -EBUSY (another io_context
+ * watches it), -ECANCELED, -EPERM outside a launched fiber. */
+IOF_API int iof_signal_wait(iof_io_context *io, int signo);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* Signal waits. libev lets one loop own a signal at a time (it asserts
+ * otherwise), so a small table records which io_context holds each one. */
+#include <iofiber/signal.h>
+
+#include "io/io_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+
+static pthread_mutex_t owners_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  iof_io_context *io;
+  int waiters;
+} owners[NSIG];
+
+typedef struct sig_wait {
+  iof_wait w;
+  ev_signal sig;
+  int signo;
+} sig_wait;
+
+static void on_signal(struct ev_loop *loop, ev_signal *s, int revents) {
+  (void)loop;
+  (void)revents;
+  sig_wait *sw = s->data;
+  iof__wait_complete(&sw->w, sw->signo);
+}
+
+static int arm(iof_wait *w) {
+  sig_wait *sw = (sig_wait *)w;
+  pthread_mutex_lock(&owners_lock);
+  if (owners[sw->signo].io && owners[sw->signo].io != w->io) {
+    pthread_mutex_unlock(&owners_lock);
+    return -EBUSY;
+  }
+  owners[sw->signo].io = w->io;
+  owners[sw->signo].waiters++;
+  pthread_mutex_unlock(&owners_lock);
+  ev_signal_init(&sw->sig, on_signal, sw->signo);
+  sw->sig.data = sw;
+  ev_signal_start(w->io->loop, &sw->sig);
+  return 0;
+}
+
+static void disarm(iof_wait *w) {
+  sig_wait *sw = (sig_wait *)w;
+  ev_signal_stop(w->io->loop, &sw->sig);
+  pthread_mutex_lock(&owners_lock);
+  if (--owners[sw->signo].waiters == 0) owners[sw->signo].io = NULL;
+  pthread_mutex_unlock(&owners_lock);
+}
+
+int iof_signal_wait(iof_io_context *io, int signo) {
+  if (!io || signo <= 0 || signo >= NSIG || signo == SIGKILL ||
+      signo == SIGSTOP)
+    return -EINVAL;
+  sig_wait sw = {0};
+  sw.signo = signo;
+  sw.w.io = io;
+  sw.w.arm = arm;
+  sw.w.disarm = disarm;
+  sw.w.timeout_ns = -1;
+  return iof__wait(&sw.w);
+}
