@@ -6,3 +6,7 @@ BENCH_SUITE(switch, "context switch: raw fcontext jump vs fiber "
                     "resume/suspend")
 BENCH_SUITE(spawn, "fiber create+run+destroy with malloc, mmap and "
                    "stack-pool frames")
+BENCH_SUITE(sync, "mutex, channel and when_all against a raw switch, a "
+                  "pthread mutex and plain launches")
+BENCH_SUITE(io, "echo round trips over loopback TCP: hand-written libev "
+                "server vs fiber-per-connection server")

@@ -249,6 +249,10 @@ bool iof_fiber_done(const iof_fiber *f) {
   return f && f->state == IOF_FS_DONE;
 }
 
+bool iof_fiber_started(const iof_fiber *f) {
+  return f && f->state != IOF_FS_CREATED;
+}
+
 int iof_fiber_status(const iof_fiber *f) {
   if (!f) return -EINVAL;
   return f->state == IOF_FS_DONE ? f->status : -EAGAIN;

@@ -26,9 +26,11 @@ static void tracking_deallocate(iof_frame_allocator *self, void *p,
                                 size_t size) {
   tracking *t = (tracking *)self;
   t->inner->vtbl->deallocate(t->inner, p, size);
-  atomic_fetch_sub_explicit(&t->live, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&t->live_bytes, size, memory_order_relaxed);
   atomic_fetch_add_explicit(&t->freed, 1, memory_order_relaxed);
+  /* Last, with release: whoever sees live reach 0 (and may destroy t)
+   * sees this call done with t. */
+  atomic_fetch_sub_explicit(&t->live, 1, memory_order_release);
 }
 
 static const iof_frame_allocator_vtbl tracking_vtbl = {tracking_allocate,
@@ -49,7 +51,7 @@ int iof_tracking_allocator_stats(iof_frame_allocator *a,
                                  iof_tracking_stats *out) {
   if (!a || a->vtbl != &tracking_vtbl || !out) return -EINVAL;
   tracking *t = (tracking *)a;
-  out->live = atomic_load(&t->live);
+  out->live = atomic_load_explicit(&t->live, memory_order_acquire);
   out->live_bytes = atomic_load(&t->live_bytes);
   out->total = atomic_load(&t->total);
   out->freed = atomic_load(&t->freed);

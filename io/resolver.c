@@ -62,8 +62,10 @@ static void *worker(void *arg) {
     r->gai = gai;
     r->sys_errno = e;
     /* The fiber may have been cancelled: then the claim fails, the result
-     * stays ours and drop() frees it. */
-    if (r->w && iof__wait_cancel(r->w, 0)) r->w = NULL;
+     * stays ours and drop() frees it. A result that comes in once the
+     * service is shutting down is dropped: the wait ends -ECANCELED. */
+    if (r->w && iof__wait_cancel(r->w, rs->stop ? -ECANCELED : 0))
+      r->w = NULL;
     drop(r);
   }
   pthread_mutex_unlock(&rs->lock);

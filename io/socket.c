@@ -14,7 +14,9 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static void set_interest(iof_socket *s, int ev) {
@@ -324,9 +326,32 @@ ssize_t iof_readv(iof_socket *s, const struct iovec *iov, int iovcnt) {
   }
 }
 
+/* writev(2) on an adopted pipe or tty, which have no MSG_NOSIGNAL: a pipe
+ * whose reader is gone raises SIGPIPE. Block it around the call and take
+ * back a SIGPIPE the call raised (it is pending on this thread), so that
+ * the caller sees -EPIPE and nothing else. */
+static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt) {
+  sigset_t pipe_set, old, pending;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+  ssize_t n = writev(fd, iov, cnt);
+  int e = errno;
+  if (n < 0 && e == EPIPE && !was_pending) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  errno = e;
+  return n;
+}
+
 static ssize_t send_once(iof_socket *s, const void *buf, size_t len) {
   if (s->is_socket) return send(s->fd, buf, len, MSG_NOSIGNAL);
-  return write(s->fd, buf, len);
+  struct iovec v = {(void *)buf, len};
+  return writev_nosigpipe(s->fd, &v, 1);
 }
 
 ssize_t iof_write_some(iof_socket *s, const void *buf, size_t len) {
@@ -401,7 +426,7 @@ ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt) {
       m.msg_iovlen = (size_t)cnt;
       n = sendmsg(s->fd, &m, MSG_NOSIGNAL);
     } else {
-      n = writev(s->fd, v, cnt);
+      n = writev_nosigpipe(s->fd, v, cnt);
     }
     if (n < 0) {
       if (errno == EINTR) continue;

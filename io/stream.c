@@ -96,6 +96,12 @@ typedef struct pipe_end {
   iof_socket_stream ss;
 } pipe_end;
 
+/* The socket stream's functions under a vtable of their own, so that
+ * iof_stream_pipe_free can tell a pipe end (heap) from a caller's socket
+ * stream (which it must not free). */
+static const iof_stream_vtbl pipe_stream_vtbl = {sock_read, sock_write,
+                                                 sock_close};
+
 int iof_stream_pipe(iof_io_context *io, iof_stream **a, iof_stream **b) {
   if (!io || !a || !b) return -EINVAL;
   int fds[2];
@@ -123,11 +129,13 @@ int iof_stream_pipe(iof_io_context *io, iof_stream **a, iof_stream **b) {
   }
   *a = iof_socket_stream_init(&ea->ss, sa);
   *b = iof_socket_stream_init(&eb->ss, sb);
+  ea->ss.base.vtbl = &pipe_stream_vtbl;
+  eb->ss.base.vtbl = &pipe_stream_vtbl;
   return 0;
 }
 
 int iof_stream_pipe_free(iof_stream *end) {
-  if (!end || end->vtbl != &socket_stream_vtbl) return -EINVAL;
+  if (!end || end->vtbl != &pipe_stream_vtbl) return -EINVAL;
   pipe_end *e = (pipe_end *)end;
   int r = iof_socket_free(e->ss.sock);
   free(e);

@@ -12,7 +12,8 @@ int64_t iof_now_ns(void) {
   return iof__now_ns();
 }
 
-int iof_sleep_for(int64_t ns) {
+/* A sleep until `deadline` (monotonic ns) that is `ns` away. */
+static int sleep_to(int64_t ns, int64_t deadline) {
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return -EPERM;
   if (ns <= 0)
@@ -21,12 +22,18 @@ int iof_sleep_for(int64_t ns) {
   w.io = iof__io_for_env(self->env);
   if (!w.io) return -ENOMEM;
   w.timeout_ns = ns;
+  w.deadline_ns = deadline;
   int r = iof__wait(&w);
   return r == -ETIMEDOUT ? 0 : r;
 }
 
+int iof_sleep_for(int64_t ns) {
+  int64_t now = iof__now_ns();
+  return sleep_to(ns, ns > 0 ? now + ns : now);
+}
+
 int iof_sleep_until(int64_t deadline_ns) {
-  return iof_sleep_for(deadline_ns - iof__now_ns());
+  return sleep_to(deadline_ns - iof__now_ns(), deadline_ns);
 }
 
 struct iof_timer {

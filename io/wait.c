@@ -90,20 +90,28 @@ static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
   iof_wait *w = self;
   iof_io_context *io = w->io;
   w->h = h;
-  if (w->arm) {
-    int r = w->arm(w);
-    if (r < 0) {
-      atomic_store_explicit(&w->claimed, 1, memory_order_relaxed);
-      w->result = r;
-      w->via_io = true; /* resumes here, on io's thread */
-      return h;
-    }
+  /* A fiber that hopped here from another executor may arrive once the
+   * shutdown has cancelled what was armed: it must not arm now. */
+  int r = iof_execution_context_stopping(&io->ctx) ? -ECANCELED : 0;
+  if (r == 0 && w->arm) r = w->arm(w);
+  if (r < 0) {
+    atomic_store_explicit(&w->claimed, 1, memory_order_relaxed);
+    w->result = r;
+    w->via_io = true; /* resumes here, on io's thread */
+    return h;
   }
   w->armed = true;
   reg_add(io, w);
   iof_executor_on_work_started(iof_io_context_executor(io));
   if (w->timeout_ns >= 0) {
-    ev_timer_init(&w->timeout, on_timeout, (double)w->timeout_ns / 1e9, 0.);
+    /* libev counts from its cached "now", stale by however long the
+     * fibers ran since the loop last woke: refresh it, or the timeout
+     * fires early; and count from the absolute deadline, or a delay
+     * between initiation and here (a hop, a preemption) makes it late. */
+    int64_t left = w->deadline_ns - iof__now_ns(); /* read first: */
+    ev_now_update(io->loop); /* libev's now is later, never early */
+    ev_timer_init(&w->timeout, on_timeout, left > 0 ? (double)left / 1e9 : 0.,
+                  0.);
     ev_timer_start(io->loop, &w->timeout);
   }
   /* Last: a request already made runs on_stop right here, which queues h
@@ -145,6 +153,8 @@ int iof__wait(iof_wait *w) {
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return -EPERM;
   iof_io_context *io = w->io;
+  if (w->timeout_ns >= 0 && w->deadline_ns == 0)
+    w->deadline_ns = iof__now_ns() + w->timeout_ns;
   if (iof_stop_requested(self->env->stop_token) ||
       iof_execution_context_stopping(&io->ctx))
     return -ECANCELED;

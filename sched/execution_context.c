@@ -22,17 +22,28 @@ bool iof_execution_context_stopping(const iof_execution_context *ctx) {
   return ctx && atomic_load_explicit(&ctx->state, memory_order_acquire) != 0;
 }
 
+typedef struct placeholder {
+  iof_service svc;
+  pthread_t creator;
+} placeholder;
+
+static bool creation_pending(iof_execution_context *ctx);
+
 void iof_execution_context_shutdown(iof_execution_context *ctx) {
   if (!ctx) return;
-  int expect = 0;
-  if (!atomic_compare_exchange_strong(&ctx->state, &expect, 1)) return;
-  /* Newest first; the list is not changed by shutdown, and services
-   * added meanwhile fail (use_service refuses once stopping). */
   pthread_mutex_lock(&ctx->lock);
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&ctx->state, &expect, 1)) {
+    pthread_mutex_unlock(&ctx->lock);
+    return;
+  }
+  /* No creation can begin now (obtain checks the state under the lock);
+   * wait for those under way, then the list is fixed for the walk. */
+  while (creation_pending(ctx)) pthread_cond_wait(&ctx->created, &ctx->lock);
   iof_service *list = ctx->services;
   pthread_mutex_unlock(&ctx->lock);
   for (iof_service *s = list; s; s = s->next)
-    if (!s->creating && s->key->shutdown) s->key->shutdown(s);
+    if (s->key->shutdown) s->key->shutdown(s);
 }
 
 void iof_execution_context_destroy(iof_execution_context *ctx) {
@@ -55,12 +66,18 @@ static iof_service *find_locked(iof_execution_context *ctx,
   return NULL;
 }
 
+/* True while another thread runs a create (the caller holds the lock). A
+ * create that itself shuts the context down is not waited for. */
+static bool creation_pending(iof_execution_context *ctx) {
+  for (iof_service *s = ctx->services; s; s = s->next)
+    if (s->creating &&
+        !pthread_equal(((placeholder *)s)->creator, pthread_self()))
+      return true;
+  return false;
+}
+
 /* A placeholder stands in the list while create runs without the lock, so
  * racing threads wait for the one creation instead of making their own. */
-typedef struct placeholder {
-  iof_service svc;
-  pthread_t creator;
-} placeholder;
 
 static iof_service *obtain(iof_execution_context *ctx,
                            const iof_service_key *key, bool must_be_new) {

@@ -38,8 +38,9 @@ bool iof__refuse_after_shutdown(const iof_execution_context *ctx,
 
 void iof__report_stuck(const char *what, size_t n) {
   fprintf(stderr,
-          "iofiber: %s destroyed with %zu fiber(s) still suspended "
-          "(they never finished; their frames are leaked)\n",
+          "iofiber: %s destroyed with %zu unit(s) of work outstanding "
+          "(suspended fibers that never finished, or work guards); "
+          "their frames are leaked\n",
           what, n);
 }
 

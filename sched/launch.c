@@ -48,6 +48,7 @@ static int chain_main(void *p) {
   iof_fiber *self = iof_fiber_current();
   refresh_allocator(self);
   int status = c->fn(c->arg);
+  c->status = status;
   if (c->on_done) c->on_done(c->user, status);
   return status;
 }
@@ -59,18 +60,29 @@ static void chain_exit(iof_fiber *f) {
   iof_chain *c = f->sched;
   iof_executor_ref ex = c->env.executor;
   iof_stop_token tok = c->env.stop_token;
+  void (*on_freed)(void *, int) = c->on_freed;
+  void *user = c->user;
+  int status = c->status;
   if (f->strand) iof__strand_release(f);
   iof__fiber_free(f);
   iof_stop_token_release(tok);
+  if (on_freed) on_freed(user, status);
   iof_executor_on_work_finished(ex);
 }
 
 bool iof__chain_cancel(iof_fiber *f) {
   if (f->state != IOF_FS_CREATED || f->on_exit != chain_exit) return false;
   iof_chain *c = f->sched;
+  c->status = -ECANCELED;
   if (c->on_done) c->on_done(c->user, -ECANCELED);
   chain_exit(f);
   return true;
+}
+
+int iof_launch_cancel(iof_fiber *f) {
+  if (!f || f->on_exit != chain_exit) return -EINVAL;
+  if (f->state != IOF_FS_CREATED) return -EBUSY;
+  return iof__chain_cancel(f) ? 0 : -EINVAL;
 }
 
 void iof__drain_one(iof_fiber *f) {
@@ -80,6 +92,12 @@ void iof__drain_one(iof_fiber *f) {
 
 int iof_run_async(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
                   void *arg) {
+  return iof__run_async_ex(ex, opts, fn, arg, NULL);
+}
+
+int iof__run_async_ex(iof_executor_ref ex, const iof_launch_opts *opts,
+                      iof_fn fn, void *arg,
+                      void (*on_freed)(void *user, int status)) {
   static const iof_launch_opts none;
   if (!opts) opts = &none;
   if (!ex.vt || !fn) return -EINVAL;
@@ -101,6 +119,7 @@ int iof_run_async(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
   c->arg = arg;
   c->on_done = opts->on_done;
   c->user = opts->user;
+  c->on_freed = on_freed;
   f->arg = c;
   f->sched = c;
   f->env = &c->env;
@@ -134,8 +153,17 @@ static iof_fiber *await_hook(iof_fiber *h, void *arg) {
   await_call *a = arg;
   void *aw = a->aw;
   const iof_awaitable_vtbl *vt = a->vt;
-  if (h->strand) iof__strand_release(h);
-  return vt->suspend(aw, h, h->env);
+  bool held = h->strand != NULL;
+  if (held) iof__strand_release(h);
+  iof_fiber *next = vt->suspend(aw, h, h->env);
+  if (next == h && held && !h->strand) {
+    /* Resuming at once would run h outside the strand it just released
+     * (another fiber may hold it now): go back through the executor,
+     * unless suspend already did (h holds the strand again). */
+    iof_executor_ref ex = h->env->executor;
+    return ex.vt->dispatch(ex.ex, h) > 0 ? h : NULL;
+  }
+  return next;
 }
 
 static int await_in(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt) {
@@ -157,6 +185,14 @@ int iof_await(void *aw, const iof_awaitable_vtbl *vt) {
   if (!aw || !vt || !vt->suspend) return -EINVAL;
   if (vt->ready && vt->ready(aw)) return vt->resume ? vt->resume(aw) : 0;
   if (iof__env_stopping(self->env)) return -ECANCELED;
+  return await_in(self, aw, vt);
+}
+
+int iof__await_always(void *aw, const iof_awaitable_vtbl *vt) {
+  iof_fiber *self = launched_self();
+  if (!self) return -EPERM;
+  if (!aw || !vt || !vt->suspend) return -EINVAL;
+  if (vt->ready && vt->ready(aw)) return vt->resume ? vt->resume(aw) : 0;
   return await_in(self, aw, vt);
 }
 

@@ -16,7 +16,28 @@ typedef struct iof_chain {
   void *arg;
   void (*on_done)(void *user, int status);
   void *user;
+  int status; /* fn's status, or -ECANCELED if it never ran */
+  /* Internal (when_all/when_any): runs after the frame is freed, before
+   * the work count drops, with user and status. */
+  void (*on_freed)(void *user, int status);
+  /* Internal (sync waits): the shutdown registry of env.executor's
+   * context, cached for the chain's life (the context outlives it). */
+  const void *sync_ctx;
+  void *sync_svc;
 } iof_chain;
+
+/* iof_run_async plus an on_freed callback (see iof_chain): a parent that
+ * waits for children learns of their end only once their frames are
+ * freed. */
+IOF_HIDDEN int iof__run_async_ex(iof_executor_ref ex,
+                                 const iof_launch_opts *opts, iof_fn fn,
+                                 void *arg,
+                                 void (*on_freed)(void *user, int status));
+
+/* iof_await without the shutdown refusal: for waits that must complete
+ * even while the context shuts down (a parent awaiting its children, a
+ * condition wait re-acquiring its mutex), whose wake is guaranteed. */
+IOF_HIDDEN int iof__await_always(void *aw, const iof_awaitable_vtbl *vt);
 
 /* A run loop marks the thread as running a context while it resumes
  * fibers, so dispatch can tell when inline is safe (a per-thread marker,

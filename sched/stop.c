@@ -118,6 +118,9 @@ int iof_stop_callback_register(iof_stop_callback *cb, iof_stop_token tok,
   if (s->head) s->head->prev = cb;
   s->head = cb;
   cb->linked = 1;
+  /* A registration holds the state alive (as std::stop_callback does), so
+   * unregistering after the source is gone is safe. */
+  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
   pthread_mutex_unlock(&s->lock);
   return 0;
 }
@@ -138,4 +141,5 @@ void iof_stop_callback_unregister(iof_stop_callback *cb) {
   }
   cb->state = NULL;
   pthread_mutex_unlock(&s->lock);
+  state_release(s);
 }

@@ -148,11 +148,19 @@ int iof_thread_pool_destroy(iof_thread_pool *p) {
   /* The threads are gone: this thread runs what is left to its end. */
   iof_run_mark mark;
   iof__run_mark_push(&mark, &p->ctx);
-  /* Bounded: a fiber that re-queues itself forever cannot hang destroy. */
+  /* Bounded: a fiber that re-queues itself forever cannot hang destroy.
+   * (3) before (4): never-started fibers are set aside while any started
+   * one is ready, then cancelled (a raw fiber is run). */
+  iof_fiber_queue later = {NULL, NULL};
   for (long i = 0; i < 10000000; i++) {
     pthread_mutex_lock(&p->lock);
     iof_fiber *f = iof__q_pop(&p->q);
     pthread_mutex_unlock(&p->lock);
+    if (f && f->state == IOF_FS_CREATED) {
+      iof__q_push(&later, f);
+      continue;
+    }
+    if (!f) f = iof__q_pop(&later);
     if (!f) break;
     iof__drain_one(f);
   }

@@ -16,6 +16,9 @@
 #include <iofiber/launch.h>
 #include <iofiber/strand.h>
 #include <iofiber/thread_pool.h>
+#include <iofiber/sync.h>
+#include <iofiber/chan.h>
+#include <iofiber/when.h>
 #include <iofiber/io_context.h>
 #include <iofiber/timer.h>
 #include <iofiber/resolver.h>

@@ -42,6 +42,10 @@ IOF_API iof_fiber *iof_fiber_current(void);
 /* True once fn has returned. */
 IOF_API bool iof_fiber_done(const iof_fiber *f);
 
+/* True once f has been resumed at least once (false on NULL). Executors
+ * use it to refuse new launches, but not wake-ups, during shutdown. */
+IOF_API bool iof_fiber_started(const iof_fiber *f);
+
 /* fn's return value once done; -EAGAIN before; -EINVAL on NULL. */
 IOF_API int iof_fiber_status(const iof_fiber *f);
 

@@ -28,6 +28,12 @@ typedef struct iof_launch_opts {
 IOF_API int iof_run_async(iof_executor_ref ex, const iof_launch_opts *opts,
                           iof_fn fn, void *arg);
 
+/* For authors of contexts: disposes of a fiber launched by iof_run_async
+ * that never started (found in a queue at destroy): fn is not called, its
+ * on_done gets -ECANCELED, the frame is freed and the work released.
+ * 0; -EBUSY if it started; -EINVAL if NULL or not launched. */
+IOF_API int iof_launch_cancel(iof_fiber *f);
+
 /* iof_run_async with default options. */
 IOF_API int iof_launch(iof_executor_ref ex, iof_fn fn, void *arg);
 

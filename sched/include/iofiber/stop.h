@@ -70,7 +70,8 @@ IOF_API int iof_stop_callback_register(iof_stop_callback *cb,
                                        iof_stop_token tok,
                                        void (*fn)(void *arg), void *arg);
 
-/* Unregisters. If fn is running on another thread, waits until it returns;
+/* Unregisters (a registration keeps the stop state alive until then). If
+ * fn is running on another thread, waits until it returns;
  * if fn is unregistering itself, returns at once. Safe to call twice. */
 IOF_API void iof_stop_callback_unregister(iof_stop_callback *cb);
 

@@ -1,0 +1,421 @@
+/* http-hello: a minimal HTTP/1.1 server answering every request with
+ * 200 "Hello, World!". One fiber per connection, blocking style.
+ *
+ *   http-hello PORT [--host ADDR] [--threads N]
+ *
+ * What it shows:
+ * - a request parser on top of iof_stream_read_until: each connection has
+ *   a fixed buffer; the call reads until the buffer holds "\r\n\r\n" and
+ *   leaves whatever follows in the buffer for the next request, so
+ *   pipelined requests (several in one read) just work; their responses are
+ *   batched into one write;
+ * - keep-alive (HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with
+ *   "Connection: keep-alive"); request bodies (Content-Length) are skipped;
+ * - errors: headers larger than the buffer get 431, garbled ones 400,
+ *   chunked request bodies 501; then the connection is closed gracefully;
+ * - the same threading (--threads N: SO_REUSEPORT listeners) and clean
+ *   SIGINT/SIGTERM shutdown as echo-server. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <iofiber/iofiber.h>
+
+#define MAX_THREADS 256
+#define HEADER_MAX 8192 /* request line + headers; more gets 431 */
+#define OUT_MAX 4096    /* batched responses */
+
+typedef struct server {
+  iof_io_context *io;
+  iof_socket *listener;
+  pthread_t thread;
+} server;
+
+static iof_stop_source stop; /* requested on SIGINT/SIGTERM */
+
+/* ---- request parsing ----------------------------------------------------*/
+
+typedef struct request {
+  bool http10;          /* HTTP/1.0 (else 1.1) */
+  bool head;            /* HEAD: no body in the response */
+  bool keep_alive;      /* the connection stays open after the response */
+  bool chunked;         /* Transfer-Encoding other than identity */
+  uint64_t content_len; /* request body bytes to skip */
+} request;
+
+static bool is_tchar(char c) { /* RFC 9110 token characters */
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* Does the comma-separated list v[0..n) contain token tok (any case)? */
+static bool has_token(const char *v, size_t n, const char *tok) {
+  size_t tl = strlen(tok);
+  for (size_t i = 0; i < n;) {
+    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ',')) i++;
+    size_t j = i;
+    while (j < n && v[j] != ',') j++;
+    size_t e = j;
+    while (e > i && (v[e - 1] == ' ' || v[e - 1] == '\t')) e--;
+    if (e - i == tl && strncasecmp(v + i, tok, tl) == 0) return true;
+    i = j;
+  }
+  return false;
+}
+
+/* Parses the head p[0..n) (ending in "\r\n\r\n"). 0, or the HTTP status
+ * to fail with. */
+static int parse_request(const char *p, size_t n, request *req) {
+  const char *end = p + n - 2; /* the final empty line */
+  memset(req, 0, sizeof *req);
+  /* Request line: METHOD SP target SP HTTP/1.x CRLF */
+  const char *m = p;
+  while (p < end && is_tchar(*p)) p++;
+  if (p == m || *p != ' ') return 400;
+  req->head = p - m == 4 && memcmp(m, "HEAD", 4) == 0;
+  const char *t = ++p;
+  while (p < end && *p != ' ' && *p != '\r' && (unsigned char)*p > ' ') p++;
+  if (p == t || *p != ' ') return 400;
+  p++;
+  if (end - p < 10 || memcmp(p, "HTTP/1.", 7) != 0 ||
+      (p[7] != '0' && p[7] != '1') || p[8] != '\r' || p[9] != '\n')
+    return 400;
+  req->http10 = p[7] == '0';
+  p += 10;
+  bool conn_close = false, conn_keep = false, have_len = false;
+  /* Header fields: name ":" OWS value OWS CRLF */
+  while (p < end) {
+    const char *name = p;
+    while (p < end && is_tchar(*p)) p++;
+    size_t name_len = (size_t)(p - name);
+    if (!name_len || *p != ':') return 400;
+    p++;
+    while (*p == ' ' || *p == '\t') p++;
+    const char *v = p;
+    while (*p != '\r' && *p != '\n') p++;
+    if (p[0] != '\r' || p[1] != '\n') return 400;
+    size_t vlen = (size_t)(p - v);
+    while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t')) vlen--;
+    p += 2;
+    if (name_len == 10 && strncasecmp(name, "connection", 10) == 0) {
+      conn_close |= has_token(v, vlen, "close");
+      conn_keep |= has_token(v, vlen, "keep-alive");
+    } else if (name_len == 14 && strncasecmp(name, "content-length", 14) == 0) {
+      uint64_t len = 0;
+      if (!vlen || have_len) return 400;
+      for (size_t i = 0; i < vlen; i++) {
+        if (v[i] < '0' || v[i] > '9' || len > UINT64_MAX / 10 - 1) return 400;
+        len = len * 10 + (uint64_t)(v[i] - '0');
+      }
+      req->content_len = len;
+      have_len = true;
+    } else if (name_len == 17 &&
+               strncasecmp(name, "transfer-encoding", 17) == 0) {
+      req->chunked = !(vlen == 8 && strncasecmp(v, "identity", 8) == 0);
+    }
+  }
+  req->keep_alive = req->http10 ? conn_keep && !conn_close : !conn_close;
+  return req->chunked ? 501 : 0;
+}
+
+/* ---- a connection ------------------------------------------------------ */
+
+typedef struct conn {
+  iof_socket *sock;
+  iof_socket_stream ss;
+  iof_stream *st;
+  char in[HEADER_MAX];
+  size_t filled; /* bytes in `in`, the next request first */
+  char out[OUT_MAX];
+  size_t out_len; /* responses not yet written */
+} conn;
+
+static void append(conn *c, const char *s) {
+  size_t n = strlen(s);
+  memcpy(c->out + c->out_len, s, n);
+  c->out_len += n;
+}
+
+/* Adds the response to `out` (the caller keeps room for one). */
+static void respond(conn *c, const request *req) {
+  append(c, "HTTP/1.1 200 OK\r\n"
+            "Server: iofiber\r\n"
+            "Content-Type: text/plain\r\n"
+            "Content-Length: 13\r\n");
+  if (!req->keep_alive)
+    append(c, "Connection: close\r\n");
+  else if (req->http10) /* it asked for keep-alive: confirm */
+    append(c, "Connection: keep-alive\r\n");
+  append(c, "\r\n");
+  if (!req->head) append(c, "Hello, World!");
+}
+
+static int flush(conn *c) {
+  ssize_t r = c->out_len ? iof_write(c->sock, c->out, c->out_len) : 0;
+  c->out_len = 0;
+  return r < 0 ? (int)r : 0;
+}
+
+/* Drops the first n bytes of the input buffer. */
+static void consume(conn *c, size_t n) {
+  memmove(c->in, c->in + n, c->filled - n);
+  c->filled -= n;
+}
+
+/* Skips a request body of len bytes: first what is buffered, then reads. */
+static int skip_body(conn *c, uint64_t len) {
+  while (len) {
+    if (!c->filled) {
+      ssize_t n = iof_read_some(c->sock, c->in, sizeof c->in);
+      if (n <= 0) return n < 0 ? (int)n : -ECONNRESET;
+      c->filled = (size_t)n;
+    }
+    size_t take = c->filled < len ? c->filled : (size_t)len;
+    consume(c, take);
+    len -= take;
+  }
+  return 0;
+}
+
+/* Writes what is batched, then the error response. */
+static void send_error(conn *c, int status) {
+  if (flush(c) < 0) return;
+  const char *reason = status == 431   ? "Request Header Fields Too Large"
+                       : status == 501 ? "Not Implemented"
+                                       : "Bad Request";
+  int n = snprintf(c->out, sizeof c->out,
+                   "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\n"
+                   "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
+                   status, reason, strlen(reason) + 1, reason);
+  c->out_len = (size_t)n;
+  flush(c);
+}
+
+/* A graceful close: stop writing, then read and drop what the client still
+ * sends (for at most a second) so that the kernel does not answer it with
+ * a reset that could destroy our last response in flight. */
+static int drain(void *arg) {
+  conn *c = arg;
+  while (iof_read_some(c->sock, c->in, sizeof c->in) > 0) {
+  }
+  return 0;
+}
+
+static void lingering_close(conn *c) {
+  if (iof_socket_shutdown(c->sock, SHUT_WR) == 0)
+    iof_with_deadline(1000 * 1000 * 1000, drain, c);
+}
+
+static int connection(void *arg) {
+  conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    iof_socket_free(arg);
+    return -ENOMEM;
+  }
+  c->sock = arg;
+  c->st = iof_socket_stream_init(&c->ss, c->sock);
+  for (;;) {
+    ssize_t n = iof_stream_read_until(c->st, c->in, sizeof c->in, &c->filled,
+                                      "\r\n\r\n", 4);
+    if (n == -ENOBUFS) { /* no end of headers in HEADER_MAX bytes */
+      send_error(c, 431);
+      lingering_close(c);
+      break;
+    }
+    if (n <= 0) break; /* closed, reset, or -ECANCELED on stop */
+    request req;
+    int status = parse_request(c->in, (size_t)n, &req);
+    if (status) {
+      send_error(c, status);
+      lingering_close(c);
+      break;
+    }
+    consume(c, (size_t)n);
+    respond(c, &req);
+    if (req.content_len && skip_body(c, req.content_len) < 0) break;
+    /* Pipelining: while another whole request is already buffered and
+     * there is room for its response, answer it in the same write. */
+    bool more = memmem(c->in, c->filled, "\r\n\r\n", 4) != NULL;
+    if (!req.keep_alive || !more || OUT_MAX - c->out_len < 256) {
+      if (flush(c) < 0) break;
+    }
+    if (!req.keep_alive) {
+      lingering_close(c);
+      break;
+    }
+  }
+  iof_socket_free(c->sock);
+  free(c);
+  return 0;
+}
+
+static int acceptor(void *arg) {
+  server *sv = arg;
+  iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop)};
+  bool reported_emfile = false, reported_other = false;
+  for (;;) {
+    iof_socket *client;
+    int r = iof_accept(sv->listener, &client, NULL, NULL);
+    if (r == -ECANCELED || r == -EBADF) break; /* stopping */
+    if (r == -EMFILE || r == -ENFILE || r == -ENOBUFS || r == -ENOMEM) {
+      /* Out of descriptors: back off instead of spinning on a listener
+       * that stays readable. */
+      if (!reported_emfile)
+        fprintf(stderr, "http-hello: accept: %s (backing off)\n", strerror(-r));
+      reported_emfile = true;
+      iof_sleep_for(20 * 1000 * 1000); /* 20 ms */
+      continue;
+    }
+    if (r < 0) {
+      if (!reported_other)
+        fprintf(stderr, "http-hello: accept: %s\n", strerror(-r));
+      reported_other = true;
+      continue;
+    }
+    iof_socket_set_nodelay(client, true);
+    if (iof_run_async(iof_io_context_executor(sv->io), &opts, connection,
+                      client) < 0)
+      iof_socket_free(client);
+  }
+  iof_socket_free(sv->listener);
+  sv->listener = NULL;
+  return 0;
+}
+
+typedef struct watch {
+  iof_io_context *io;
+  int signo;
+} watch;
+
+/* The first of SIGINT/SIGTERM requests the stop; that cancels the other
+ * watcher, every accept and every connection. */
+static int watch_signal(void *arg) {
+  watch *w = arg;
+  if (iof_signal_wait(w->io, w->signo) == w->signo)
+    iof_stop_source_request(&stop);
+  return 0;
+}
+
+static void *run_thread(void *arg) {
+  iof_io_context_run(((server *)arg)->io);
+  return NULL;
+}
+
+/* ---- command line -------------------------------------------------------*/
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: http-hello PORT [--host ADDR] [--threads N]\n"
+               "\n"
+               "HTTP/1.1 server answering every request with 200 \"Hello, "
+               "World!\".\n"
+               "\n"
+               "  --host ADDR  address to listen on (default 127.0.0.1)\n"
+               "  --threads N  N io_contexts on N threads, SO_REUSEPORT "
+               "listeners (default 1)\n"
+               "  --help       show this help\n"
+               "\n"
+               "SIGINT or SIGTERM stops it (exit status 0).\n");
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int main(int argc, char **argv) {
+  const char *host = "127.0.0.1";
+  long threads = 1, port;
+  static const struct option longopts[] = {
+      {"host", required_argument, NULL, 'H'},
+      {"threads", required_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'H':
+      host = optarg;
+      break;
+    case 't':
+      if (!parse_long(optarg, 1, MAX_THREADS, &threads)) {
+        fprintf(stderr, "http-hello: --threads wants 1..%d\n", MAX_THREADS);
+        return 2;
+      }
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind != argc - 1 || !parse_long(argv[optind], 0, 65535, &port)) {
+    usage(stderr);
+    return 2;
+  }
+
+  if (iof_stop_source_init(&stop) < 0) return 1;
+  server *sv = calloc((size_t)threads, sizeof *sv);
+  int status = sv ? 0 : 1;
+  long created = 0;
+  char port_str[16];
+  snprintf(port_str, sizeof port_str, "%ld", port);
+  int flags = threads > 1 ? IOF_LISTEN_REUSEPORT : 0;
+  for (; status == 0 && created < threads; created++) {
+    server *s = &sv[created];
+    s->io = iof_io_context_create();
+    int r = s->io
+                ? iof_tcp_listen(s->io, host, port_str, 0, flags, &s->listener)
+                : -errno;
+    if (r < 0) {
+      fprintf(stderr, "http-hello: listen on %s:%s: %s\n", host, port_str,
+              strerror(-r));
+      status = 1;
+    } else { /* port 0: the others listen on the port the first one got */
+      snprintf(port_str, sizeof port_str, "%d",
+               iof_socket_local_port(s->listener));
+    }
+  }
+
+  watch watches[2] = {{NULL, SIGINT}, {NULL, SIGTERM}};
+  if (status == 0) {
+    iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop)};
+    for (long i = 0; i < threads; i++)
+      iof_run_async(iof_io_context_executor(sv[i].io), &opts, acceptor, &sv[i]);
+    for (int i = 0; i < 2; i++) { /* signals: on the first io_context */
+      watches[i].io = sv[0].io;
+      iof_run_async(iof_io_context_executor(sv[0].io), &opts, watch_signal,
+                    &watches[i]);
+    }
+    fprintf(stderr, "http-hello: listening on http://%s:%s/ (%ld thread%s)\n",
+            host, port_str, threads, threads > 1 ? "s" : "");
+    long started = 1;
+    for (; started < threads; started++)
+      if (pthread_create(&sv[started].thread, NULL, run_thread, &sv[started]) !=
+          0) {
+        fprintf(stderr, "http-hello: cannot start thread %ld\n", started);
+        iof_stop_source_request(&stop);
+        status = 1;
+        break;
+      }
+    iof_io_context_run(sv[0].io); /* returns once everything has unwound */
+    for (long i = 1; i < started; i++) pthread_join(sv[i].thread, NULL);
+  }
+
+  for (long i = 0; i < created; i++)
+    if (sv[i].io) iof_io_context_destroy(sv[i].io);
+  free(sv);
+  iof_stop_source_destroy(&stop);
+  return status;
+}

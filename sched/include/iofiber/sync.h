@@ -1,0 +1,212 @@
+/* iofiber: synchronization primitives for fibers (and threads): mutex,
+ * condition variable, semaphore, event.
+ *
+ * Common rules (docs/sync.md has the details):
+ * - In a fiber launched by iof_run_async they suspend the fiber, never the
+ *   thread; the waiter lives on the fiber's stack (no allocation) and is
+ *   woken through its own executor (env->executor), never inline. Called
+ *   from a plain thread (or a raw fiber) they block the thread, so legacy
+ *   threads and fibers can share one primitive.
+ * - Every blocking call from a fiber checks the chain's stop token first
+ *   (already stopped: -ECANCELED, nothing done) and a stop request while
+ *   it waits completes it with -ECANCELED; so does the shutdown of the
+ *   fiber's context. try_* calls never look at the token.
+ * - Deadlines are absolute CLOCK_MONOTONIC nanoseconds (iof_deadline_after
+ *   builds one). A timed wait that cannot complete in time returns
+ *   -ETIMEDOUT; from a fiber it needs the timer support of io/ (linked in
+ *   with iof_io_context) and returns -ENOTSUP without it.
+ * - Errors are negated errno values; NULL arguments give -EINVAL.
+ * - Fields of the structs are private. Initialize with the *_init calls or
+ *   the static initializers; destroy (-EBUSY while waiters remain) before
+ *   freeing the memory. */
+#ifndef IOFIBER_SYNC_H
+#define IOFIBER_SYNC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <iofiber/frame_allocator.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Private: a FIFO of waiters. */
+struct iof__wnode;
+typedef struct iof__waitq {
+  struct iof__wnode *head, *tail;
+} iof__waitq;
+
+/* The deadline `ns` nanoseconds from now: CLOCK_MONOTONIC time in
+ * nanoseconds plus ns (ns < 0 counts as 0; saturates at INT64_MAX). */
+IOF_API int64_t iof_deadline_after(int64_t ns);
+
+/* ---- mutex ------------------------------------------------------------ */
+
+/* A non-recursive mutex owned by a fiber (which may move threads while it
+ * holds it) or a thread. FIFO hand-off: unlock gives ownership directly to
+ * the first waiter, newcomers never barge past waiters. */
+typedef struct iof_mutex {
+  atomic_int state; /* 0 free, 1 locked, 2 locked with waiters */
+  void *_Atomic owner;
+  pthread_mutex_t lock;
+  iof__waitq q;
+} iof_mutex;
+
+#define IOF_MUTEX_INIT                                                         \
+  {                                                                            \
+    0, NULL, PTHREAD_MUTEX_INITIALIZER, {                                      \
+      NULL, NULL                                                               \
+    }                                                                          \
+  }
+
+/* Initializes an unlocked mutex. 0; -EINVAL on NULL. */
+IOF_API int iof_mutex_init(iof_mutex *m);
+
+/* Destroys an unlocked mutex without waiters. 0; -EINVAL; -EBUSY when it
+ * is locked or has waiters (nothing is destroyed then). */
+IOF_API int iof_mutex_destroy(iof_mutex *m);
+
+/* Locks, waiting in FIFO order. 0; -EINVAL; -EDEADLK if the caller owns
+ * it already; -ECANCELED (fiber: stop requested before or while waiting,
+ * or its context shuts down; the mutex is then not taken). */
+IOF_API int iof_mutex_lock(iof_mutex *m);
+
+/* As lock, giving up at `deadline_ns`: -ETIMEDOUT (-ENOTSUP from a fiber
+ * without timer support). A free mutex is taken even past the deadline. */
+IOF_API int iof_mutex_timedlock(iof_mutex *m, int64_t deadline_ns);
+
+/* Takes the mutex only if it is free and nobody waits. 0; -EBUSY
+ * (also when the caller owns it); -EINVAL. */
+IOF_API int iof_mutex_trylock(iof_mutex *m);
+
+/* Unlocks; the first waiter, if any, becomes the owner (woken through its
+ * executor). 0; -EINVAL; -EPERM if the caller is not the owner. */
+IOF_API int iof_mutex_unlock(iof_mutex *m);
+
+/* ---- condition variable ----------------------------------------------- */
+
+typedef struct iof_cond {
+  pthread_mutex_t lock;
+  iof__waitq q;
+} iof_cond;
+
+#define IOF_COND_INIT                                                          \
+  {                                                                            \
+    PTHREAD_MUTEX_INITIALIZER, {                                               \
+      NULL, NULL                                                               \
+    }                                                                          \
+  }
+
+/* 0; -EINVAL on NULL. */
+IOF_API int iof_cond_init(iof_cond *c);
+
+/* 0; -EINVAL; -EBUSY while waiters remain. */
+IOF_API int iof_cond_destroy(iof_cond *c);
+
+/* Atomically releases m (which the caller must own) and waits for a
+ * signal; re-acquires m before returning, whatever the result. 0 (also on
+ * a spurious wake-up: re-check the predicate in a loop); -EINVAL; -EPERM
+ * (m not owned by the caller); -ECANCELED (stop/shutdown; m held). */
+IOF_API int iof_cond_wait(iof_cond *c, iof_mutex *m);
+
+/* As iof_cond_wait, until deadline_ns: -ETIMEDOUT (m held again);
+ * -ENOTSUP from a fiber without timer support. */
+IOF_API int iof_cond_timedwait(iof_cond *c, iof_mutex *m, int64_t deadline_ns);
+
+/* Wakes the first waiter / every waiter (they re-acquire the mutex in
+ * turn). Callable with or without the mutex held. 0; -EINVAL. */
+IOF_API int iof_cond_signal(iof_cond *c);
+IOF_API int iof_cond_broadcast(iof_cond *c);
+
+/* ---- semaphore -------------------------------------------------------- */
+
+#define IOF_SEM_VALUE_MAX ((unsigned)0x7fffffff)
+
+typedef struct iof_sem {
+  pthread_mutex_t lock;
+  unsigned value;
+  iof__waitq q;
+} iof_sem;
+
+#define IOF_SEM_INIT(n)                                                        \
+  {                                                                            \
+    PTHREAD_MUTEX_INITIALIZER, (n), {                                          \
+      NULL, NULL                                                               \
+    }                                                                          \
+  }
+
+/* A counting semaphore holding `value` units. 0; -EINVAL (NULL, value
+ * above IOF_SEM_VALUE_MAX). */
+IOF_API int iof_sem_init(iof_sem *s, unsigned value);
+
+/* 0; -EINVAL; -EBUSY while waiters remain. */
+IOF_API int iof_sem_destroy(iof_sem *s);
+
+/* Takes one unit, waiting (FIFO) while there is none. 0; -EINVAL;
+ * -ECANCELED (nothing taken). */
+IOF_API int iof_sem_wait(iof_sem *s);
+
+/* As wait, until deadline_ns: -ETIMEDOUT; -ENOTSUP (fiber, no timers). */
+IOF_API int iof_sem_timedwait(iof_sem *s, int64_t deadline_ns);
+
+/* Takes one unit if one is there now. 0; -EAGAIN; -EINVAL. */
+IOF_API int iof_sem_trywait(iof_sem *s);
+
+/* Adds one unit, handing it to the first waiter if any. 0; -EINVAL;
+ * -EOVERFLOW at IOF_SEM_VALUE_MAX. */
+IOF_API int iof_sem_post(iof_sem *s);
+
+/* The units available now (0 while fibers wait); 0 on NULL. */
+IOF_API unsigned iof_sem_value(iof_sem *s);
+
+/* ---- event ------------------------------------------------------------ */
+
+/* A latch. Manual reset: set releases every waiter, present and future,
+ * until reset. Auto reset: set releases exactly one waiter (the first), or
+ * if none waits, stays set until one wait consumes it. */
+typedef struct iof_event {
+  pthread_mutex_t lock;
+  bool set;
+  bool manual;
+  iof__waitq q;
+} iof_event;
+
+#define IOF_EVENT_INIT(manual_reset)                                           \
+  {                                                                            \
+    PTHREAD_MUTEX_INITIALIZER, false, (manual_reset), {                        \
+      NULL, NULL                                                               \
+    }                                                                          \
+  }
+
+/* Initializes an unset event. 0; -EINVAL on NULL. */
+IOF_API int iof_event_init(iof_event *e, bool manual_reset);
+
+/* 0; -EINVAL; -EBUSY while waiters remain. */
+IOF_API int iof_event_destroy(iof_event *e);
+
+/* Sets the event (see above). 0; -EINVAL. */
+IOF_API int iof_event_set(iof_event *e);
+
+/* Clears it (waiters keep waiting). 0; -EINVAL. */
+IOF_API int iof_event_reset(iof_event *e);
+
+/* True while set (a snapshot); false on NULL. */
+IOF_API bool iof_event_is_set(iof_event *e);
+
+/* Waits until the event is set (auto reset: consumes it). 0; -EINVAL;
+ * -ECANCELED. */
+IOF_API int iof_event_wait(iof_event *e);
+
+/* As wait, until deadline_ns: -ETIMEDOUT; -ENOTSUP (fiber, no timers). */
+IOF_API int iof_event_timedwait(iof_event *e, int64_t deadline_ns);
+
+/* Without waiting: 0 if set (auto reset: consumed), -EAGAIN if not. */
+IOF_API int iof_event_trywait(iof_event *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

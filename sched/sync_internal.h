@@ -1,0 +1,215 @@
+/* The waiter machinery shared by the sync primitives (mutex, cond, sem,
+ * event, chan). Not installed.
+ *
+ * A blocking call keeps one wait record (iof__wait) and one queue node per
+ * queue it waits in (iof__wnode; several for a channel select), both on the
+ * waiting fiber's (or thread's) stack: waiting never allocates.
+ *
+ * The record's state settles every race with one atomic claim:
+ *
+ *   INIT --publish--> WAITING --claim--> DONE       (a waker, a stop
+ *     |                                             request, a timer or
+ *     +--early cancel/timeout--> EARLY_*            the context shutdown)
+ *
+ * - A fiber publishes its nodes from the awaitable's suspend, i.e. after it
+ *   has switched away (no lost wake-up across threads). The primitive's
+ *   `begin` function does it under the primitive's lock: re-check, then
+ *   either complete at once or publish (CAS INIT->WAITING) and enqueue.
+ * - Whoever wins WAITING->DONE (a waker holding the primitive's lock, a stop
+ *   callback, a timer, the shutdown service) owns the wake: it writes the
+ *   result and then wakes the waiter exactly once; the losers do nothing
+ *   (a waker skips such a node and unlinks it).
+ * - A stop request, timer or shutdown that comes before publication moves
+ *   INIT to EARLY_*; publication then fails and the fiber resumes at once
+ *   with -ECANCELED / -ETIMEDOUT, never having been queued.
+ * - Waking a fiber is a post to the executor captured in suspend (the env's
+ *   executor): never an inline resume. Waking a plain thread signals its
+ *   parker (a mutex + condvar on the thread's stack).
+ * - Wakers unlink the node they claim; nodes left in a queue by a
+ *   cancellation (or by the other cases of a select) are unlinked by their
+ *   owner after it resumes, under the primitive's lock. */
+#ifndef IOF_SCHED_SYNC_INTERNAL_H
+#define IOF_SCHED_SYNC_INTERNAL_H
+
+#include <iofiber/sync.h>
+
+#include "sched/sched_internal.h"
+#include "sched/timer_hook.h"
+
+enum {
+  IOF__W_INIT = 0,
+  IOF__W_WAITING,
+  IOF__W_DONE,
+  IOF__W_EARLY_CANCELED,
+  IOF__W_EARLY_TIMEDOUT
+};
+
+typedef struct iof__parker {
+  pthread_mutex_t m;
+  pthread_cond_t c;
+  int flag;
+} iof__parker;
+
+typedef struct iof__wait {
+  atomic_int state;
+  int result;       /* written by the claimer before the wake */
+  int index;        /* the node that won (select) */
+  bool by_waker;    /* claimed by a waker (which unlinked the node) */
+  iof_fiber *fiber; /* NULL: a thread waiter (parker) */
+  iof_executor_ref ex;
+  iof__parker *parker;
+  /* Fiber waits: the stop callback, the timer, the shutdown registry. */
+  iof_stop_callback stop_cb;
+  iof__timer timer;
+  bool timer_armed;
+  struct iof__wait *reg_prev, *reg_next;
+  void *reg_svc;
+} iof__wait;
+
+struct iof__wnode {
+  struct iof__wnode *prev, *next;
+  iof__wait *w;
+  void *data;  /* element buffer (chan) */
+  void *owner; /* who gets a mutex handed over */
+  int index;   /* case index (select) */
+  bool linked; /* under the primitive's lock */
+};
+typedef struct iof__wnode iof__wnode;
+
+/* ---- queues (under the primitive's lock) ------------------------------ */
+
+static inline void iof__wq_push(iof__waitq *q, iof__wnode *n) {
+  n->next = NULL;
+  n->prev = q->tail;
+  if (q->tail)
+    q->tail->next = n;
+  else
+    q->head = n;
+  q->tail = n;
+  n->linked = true;
+}
+
+static inline void iof__wq_unlink(iof__waitq *q, iof__wnode *n) {
+  if (!n->linked) return;
+  if (n->prev)
+    n->prev->next = n->next;
+  else
+    q->head = n->next;
+  if (n->next)
+    n->next->prev = n->prev;
+  else
+    q->tail = n->prev;
+  n->prev = n->next = NULL;
+  n->linked = false;
+}
+
+/* Claims a waiter for a wake with `result`: true when this caller won.
+ * The caller unlinks the node (it holds the queue's lock) and calls
+ * iof__wait_wake once it no longer needs the node. */
+static inline bool iof__wait_claim(iof__wait *w, int result, int index) {
+  int expect = IOF__W_WAITING;
+  if (!atomic_compare_exchange_strong_explicit(&w->state, &expect, IOF__W_DONE,
+                                               memory_order_acq_rel,
+                                               memory_order_acquire))
+    return false;
+  w->result = result;
+  w->index = index;
+  w->by_waker = true;
+  return true;
+}
+
+/* Pops the first node whose waiter this caller claims (nodes of waiters
+ * already claimed elsewhere are unlinked and skipped). NULL if none. */
+static inline iof__wnode *iof__wq_claim_first(iof__waitq *q, int result) {
+  for (;;) {
+    iof__wnode *n = q->head;
+    if (!n) return NULL;
+    iof__wq_unlink(q, n);
+    if (iof__wait_claim(n->w, result, n->index)) return n;
+  }
+}
+
+/* True if q holds a node whose waiter is still waiting (stale nodes are
+ * unlinked on the way). */
+static inline bool iof__wq_has_waiter(iof__waitq *q) {
+  for (;;) {
+    iof__wnode *n = q->head;
+    if (!n) return false;
+    if (atomic_load_explicit(&n->w->state, memory_order_acquire) ==
+        IOF__W_WAITING)
+      return true;
+    iof__wq_unlink(q, n);
+  }
+}
+
+/* Publishes a waiter (INIT -> WAITING), from a primitive's `begin` under
+ * its lock. False when a stop, timer or shutdown came first: w->result is
+ * then set and the caller must not enqueue. */
+IOF_HIDDEN bool iof__wait_publish(iof__wait *w);
+
+/* From an awaitable's suspend that completed at once: the fiber to switch
+ * to (h when inline is safe) or NULL (h was queued on its executor). */
+IOF_HIDDEN iof_fiber *iof__resume_via(const iof_env *env, iof_fiber *h);
+
+/* Wakes a claimed waiter: posts the fiber to its executor, or unparks the
+ * thread. The node and record may be gone once this returns. */
+IOF_HIDDEN void iof__wait_wake(iof__wait *w);
+
+/* Completes a pending (or not yet published) wait with `result` from a
+ * stop callback, a timer or the shutdown service; no-op if claimed. */
+IOF_HIDDEN void iof__wait_abort(iof__wait *w, int result);
+
+/* The primitive's half of a blocking call. Called with the record ready
+ * (on the resumer's stack for a fiber, on the thread itself otherwise);
+ * takes the primitive's lock, re-checks, and either completes at once
+ * (sets w->result, returns false) or publishes with iof__wait_publish and
+ * enqueues its node(s) (returns true). If publication fails, returns false
+ * (w->result was set by it). */
+typedef bool (*iof__wait_begin)(void *op, iof__wait *w);
+
+enum {
+  IOF__WAIT_CANCELLABLE = 1, /* the chain's stop token and the context's
+                                shutdown complete it with -ECANCELED */
+};
+
+/* Blocks the caller (a launched fiber: suspends it; anything else: blocks
+ * the thread) until `begin` completes or a claim wakes it. deadline_ns < 0:
+ * none. Returns w->result; for fibers also -ECANCELED (stop requested or
+ * context shutting down), -ETIMEDOUT (deadline passed), -ENOTSUP (a
+ * deadline and no timer provider). The caller then unlinks its node(s)
+ * unless w->by_waker (a single-node wait claimed by a waker). */
+IOF_HIDDEN int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
+                               int64_t deadline_ns, int flags);
+
+/* The launched fiber running here, or NULL (a thread or a raw fiber:
+ * those block their thread). */
+IOF_HIDDEN iof_fiber *iof__sync_fiber(void);
+
+/* Identifies the caller for ownership (a mutex's owner): the running fiber,
+ * or the thread's root record outside fibers. Never NULL. One TLS access
+ * (the fast paths matter). */
+static inline void *iof__sync_self(void) {
+  return iof__thread()->current;
+}
+
+/* Whether `self` (from iof__sync_self) is a launched fiber whose chain's
+ * stop token is requested. */
+static inline bool iof__sync_self_stopped(void *self) {
+  const iof_env *env = ((iof_fiber *)self)->env;
+  return env && env->stop_token.state && iof_stop_requested(env->stop_token);
+}
+
+/* Whether the caller (a launched fiber) has its stop token requested. */
+static inline bool iof__sync_stopped(void) {
+  return iof__sync_self_stopped(iof__sync_self());
+}
+
+/* A per-thread pseudo-random number (select fairness). */
+IOF_HIDDEN uint32_t iof__sync_random(void);
+
+/* Internal mutex entry points used by cond (owner given explicitly, since
+ * cond releases the mutex on behalf of a suspended fiber). */
+IOF_HIDDEN int iof__mutex_unlock_as(iof_mutex *m, void *owner);
+IOF_HIDDEN int iof__mutex_lock_uncancellable(iof_mutex *m);
+
+#endif

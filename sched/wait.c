@@ -1,0 +1,358 @@
+/* The waiter machinery of the sync primitives (see sync_internal.h): the
+ * claim protocol, blocking a fiber (iof_await) or a thread (a parker), the
+ * stop callback and timer of a pending wait, the per-context registry that
+ * cancels pending waits at shutdown, and the timer hook io/ fills in. */
+#include "sched/sync_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* ---- small helpers ---------------------------------------------------- */
+
+int64_t iof__sync_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t iof_deadline_after(int64_t ns) {
+  int64_t now = iof__sync_now_ns();
+  if (ns < 0) ns = 0;
+  return ns > INT64_MAX - now ? INT64_MAX : now + ns;
+}
+
+iof_fiber *iof__sync_fiber(void) {
+  iof_thread_state *th = iof__thread();
+  iof_fiber *f = th->current;
+  /* The thread's root record has no env; neither has a raw fiber. */
+  return f != &th->root && f->env ? f : NULL;
+}
+
+static __thread uint32_t tls_rand __attribute__((tls_model("initial-exec")));
+
+__attribute__((noinline)) uint32_t iof__sync_random(void) {
+  uint32_t x = tls_rand;
+  if (!x)
+    x = (uint32_t)(uintptr_t)&tls_rand ^ (uint32_t)iof__sync_now_ns() ^ 1u;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  tls_rand = x;
+  return x;
+}
+
+/* ---- timer hook ------------------------------------------------------- */
+
+/* The timer thread (timer_thread.c) until someone installs another. */
+extern const iof__timer_provider iof__timer_thread_provider;
+static const iof__timer_provider *_Atomic timer_provider =
+    &iof__timer_thread_provider;
+
+void iof__timer_provider_set(const iof__timer_provider *p) {
+  atomic_store_explicit(&timer_provider, p, memory_order_release);
+}
+
+const iof__timer_provider *iof__timer_provider_get(void) {
+  return atomic_load_explicit(&timer_provider, memory_order_acquire);
+}
+
+int iof__timer_arm(iof__timer *t, const iof_env *env, int64_t deadline_ns,
+                   void (*fire)(void *), void *arg) {
+  const iof__timer_provider *p = iof__timer_provider_get();
+  if (!p || !p->arm) return -ENOTSUP;
+  t->fire = fire;
+  t->arg = arg;
+  return p->arm(t, env, deadline_ns);
+}
+
+void iof__timer_cancel(iof__timer *t) {
+  const iof__timer_provider *p = iof__timer_provider_get();
+  if (p && p->cancel) p->cancel(t);
+}
+
+/* Completed inside suspend: h goes back through its executor's dispatch
+ * (inline when that is safe, e.g. not when h left a strand that another
+ * fiber took meanwhile), never by returning h blindly: await released h's
+ * strand before calling suspend. */
+iof_fiber *iof__resume_via(const iof_env *env, iof_fiber *h) {
+  errno = 0; /* dispatch leaves errno alone when it queued h */
+  iof_fiber *f = iof_executor_dispatch(env->executor, h);
+  if (f) return f;
+  if (errno == ESHUTDOWN || errno == EINVAL) return h; /* not taken */
+  return NULL;                                         /* queued */
+}
+
+/* ---- claims and wakes ------------------------------------------------- */
+
+bool iof__wait_publish(iof__wait *w) {
+  int expect = IOF__W_INIT;
+  if (atomic_compare_exchange_strong_explicit(
+          &w->state, &expect, IOF__W_WAITING, memory_order_acq_rel,
+          memory_order_acquire))
+    return true;
+  w->result = expect == IOF__W_EARLY_TIMEDOUT ? -ETIMEDOUT : -ECANCELED;
+  return false;
+}
+
+void iof__wait_wake(iof__wait *w) {
+  iof_fiber *f = w->fiber;
+  if (f) {
+    /* The fiber may run (and its stack frame with w go) once posted. */
+    iof_executor_ref ex = w->ex;
+    (void)iof_executor_post(ex, f);
+    return;
+  }
+  iof__parker *p = w->parker;
+  pthread_mutex_lock(&p->m);
+  p->flag = 1;
+  pthread_cond_signal(&p->c);
+  pthread_mutex_unlock(&p->m);
+}
+
+void iof__wait_abort(iof__wait *w, int result) {
+  int s = atomic_load_explicit(&w->state, memory_order_acquire);
+  for (;;) {
+    if (s == IOF__W_INIT) {
+      int early =
+          result == -ETIMEDOUT ? IOF__W_EARLY_TIMEDOUT : IOF__W_EARLY_CANCELED;
+      if (atomic_compare_exchange_weak_explicit(
+              &w->state, &s, early, memory_order_acq_rel, memory_order_acquire))
+        return; /* publication will fail; the fiber resumes at once */
+    } else if (s == IOF__W_WAITING) {
+      if (atomic_compare_exchange_weak_explicit(&w->state, &s, IOF__W_DONE,
+                                                memory_order_acq_rel,
+                                                memory_order_acquire)) {
+        w->result = result;
+        w->index = -1;
+        w->by_waker = false;
+        iof__wait_wake(w);
+        return;
+      }
+    } else {
+      return; /* claimed already: the winner wakes it */
+    }
+  }
+}
+
+static void on_stop(void *arg) {
+  iof__wait_abort(arg, -ECANCELED);
+}
+
+static void on_timer(void *arg) {
+  iof__wait_abort(arg, -ETIMEDOUT);
+}
+
+/* ---- the shutdown registry -------------------------------------------
+ * One service per execution context holds the pending cancellable fiber
+ * waits of its fibers; its shutdown completes them with -ECANCELED, so
+ * that a fiber blocked on a primitive unwinds during the context's drain
+ * (DESIGN 3: every started fiber runs to its end). */
+
+typedef struct sync_service {
+  iof_service base;
+  pthread_mutex_t lock;
+  bool shut;
+  iof__wait *head;
+} sync_service;
+
+static iof_service *svc_create(iof_execution_context *ctx) {
+  (void)ctx;
+  sync_service *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  pthread_mutex_init(&s->lock, NULL);
+  return &s->base;
+}
+
+static void svc_shutdown(iof_service *base) {
+  sync_service *s = (sync_service *)base;
+  pthread_mutex_lock(&s->lock);
+  s->shut = true;
+  /* Aborting only posts; each fiber unlinks itself once it runs, which
+   * needs this lock: it cannot happen before we let go of it. */
+  for (iof__wait *w = s->head; w; w = w->reg_next)
+    iof__wait_abort(w, -ECANCELED);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void svc_destroy(iof_service *base) {
+  sync_service *s = (sync_service *)base;
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+static const iof_service_key sync_service_key = {"iofiber.sync", svc_create,
+                                                 svc_shutdown, svc_destroy};
+
+/* The registry of env's context (NULL: none, a user executor without a
+ * context; errno ESHUTDOWN when refused). For the chain's own env the
+ * pointer is cached in the chain: the context outlives its chains, while
+ * an env of iof_run may name a context that a later hop would not. */
+static sync_service *svc_for(iof_fiber *self, const iof_env *env) {
+  iof_execution_context *ctx = iof_executor_context(env->executor);
+  if (!ctx) return NULL;
+  iof_chain *c = self->sched;
+  bool own = env == &c->env;
+  if (own && c->sync_ctx == ctx) return c->sync_svc;
+  sync_service *s = (sync_service *)iof_use_service(ctx, &sync_service_key);
+  if (s && own) {
+    c->sync_ctx = ctx;
+    c->sync_svc = s;
+  }
+  return s;
+}
+
+/* Registers w with its context. False: the context is shutting down (or
+ * the service could not be made): the wait must fail with -ECANCELED. */
+static bool reg_add(iof__wait *w, iof_fiber *self, const iof_env *env) {
+  w->reg_svc = NULL;
+  errno = 0;
+  sync_service *s = svc_for(self, env);
+  if (!s) return errno != ESHUTDOWN; /* ENOMEM: wait, unregistered */
+  pthread_mutex_lock(&s->lock);
+  if (s->shut) {
+    pthread_mutex_unlock(&s->lock);
+    return false;
+  }
+  w->reg_prev = NULL;
+  w->reg_next = s->head;
+  if (s->head) s->head->reg_prev = w;
+  s->head = w;
+  w->reg_svc = s;
+  pthread_mutex_unlock(&s->lock);
+  return true;
+}
+
+static void reg_remove(iof__wait *w) {
+  sync_service *s = w->reg_svc;
+  if (!s) return;
+  pthread_mutex_lock(&s->lock);
+  if (w->reg_prev)
+    w->reg_prev->reg_next = w->reg_next;
+  else
+    s->head = w->reg_next;
+  if (w->reg_next) w->reg_next->reg_prev = w->reg_prev;
+  pthread_mutex_unlock(&s->lock);
+  w->reg_svc = NULL;
+}
+
+/* ---- blocking a fiber ------------------------------------------------- */
+
+typedef struct wait_aw {
+  void *op;
+  iof__wait_begin begin;
+  iof__wait *w;
+  bool ran;
+} wait_aw;
+
+/* On the resumer's stack, h suspended: capture where to wake it, then let
+ * the primitive complete at once (resume h now) or publish h. */
+static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
+  wait_aw *a = self;
+  iof__wait *w = a->w;
+  a->ran = true;
+  w->fiber = h;
+  w->ex = env->executor;
+  if (a->begin(a->op, w)) return NULL;
+  return iof__resume_via(env, h);
+}
+
+static const iof_awaitable_vtbl wait_vtbl = {NULL, wait_suspend, NULL};
+
+static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
+                       iof__wait *w, int64_t deadline_ns, int flags) {
+  const iof_env *env = iof_env_current();
+  bool cancellable = flags & IOF__WAIT_CANCELLABLE;
+  if (cancellable && iof_stop_requested(env->stop_token)) return -ECANCELED;
+  w->timer_armed = false;
+  w->reg_svc = NULL;
+  if (deadline_ns >= 0) {
+    if (iof__sync_now_ns() >= deadline_ns) return -ETIMEDOUT;
+    if (!iof__timer_provider_get()) return -ENOTSUP;
+  }
+  if (cancellable && !reg_add(w, self, env)) return -ECANCELED;
+  if (deadline_ns >= 0) {
+    int r = iof__timer_arm(&w->timer, env, deadline_ns, on_timer, w);
+    if (r < 0) {
+      reg_remove(w);
+      return r;
+    }
+    w->timer_armed = true;
+  }
+  bool stop_reg = false;
+  if (cancellable && env->stop_token.state) {
+    /* Before publication: a request from now on aborts the wait (early or
+     * pending); one that came already leaves the state EARLY_CANCELED and
+     * the suspend below resumes at once. */
+    iof_stop_callback_register(&w->stop_cb, env->stop_token, on_stop, w);
+    stop_reg = true;
+  }
+  wait_aw a = {op, begin, w, false};
+  int r = cancellable ? iof_await(&a, &wait_vtbl)
+                      : iof__await_always(&a, &wait_vtbl);
+  /* Nothing can claim w any more once these return: the stop callback and
+   * the timer are waited for if running elsewhere. */
+  if (stop_reg) iof_stop_callback_unregister(&w->stop_cb);
+  if (w->timer_armed) iof__timer_cancel(&w->timer);
+  reg_remove(w);
+  if (!a.ran) return r < 0 ? r : -ECANCELED; /* await refused */
+  return w->result;
+}
+
+/* ---- blocking a thread ------------------------------------------------ */
+
+static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
+                        int64_t deadline_ns) {
+  iof__parker p;
+  pthread_mutex_init(&p.m, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&p.c, &ca);
+  pthread_condattr_destroy(&ca);
+  p.flag = 0;
+  w->fiber = NULL;
+  w->parker = &p;
+  if (begin(op, w)) {
+    struct timespec ts;
+    if (deadline_ns >= 0) {
+      ts.tv_sec = deadline_ns / 1000000000;
+      ts.tv_nsec = deadline_ns % 1000000000;
+    }
+    pthread_mutex_lock(&p.m);
+    while (!p.flag) {
+      if (deadline_ns < 0) {
+        pthread_cond_wait(&p.c, &p.m);
+        continue;
+      }
+      if (pthread_cond_timedwait(&p.c, &p.m, &ts) != ETIMEDOUT) continue;
+      /* Timed out: claim it ourselves, or a waker got there first and is
+       * about to set the flag (then wait for it: it uses p). */
+      int expect = IOF__W_WAITING;
+      if (atomic_compare_exchange_strong(&w->state, &expect, IOF__W_DONE)) {
+        w->result = -ETIMEDOUT;
+        w->index = -1;
+        w->by_waker = false;
+        break;
+      }
+      deadline_ns = -1;
+    }
+    pthread_mutex_unlock(&p.m);
+  }
+  pthread_cond_destroy(&p.c);
+  pthread_mutex_destroy(&p.m);
+  return w->result;
+}
+
+int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
+                    int64_t deadline_ns, int flags) {
+  atomic_init(&w->state, IOF__W_INIT);
+  w->result = 0;
+  w->index = -1;
+  w->by_waker = false;
+  w->parker = NULL;
+  w->fiber = NULL;
+  iof_fiber *self = iof__sync_fiber();
+  if (self) return block_fiber(self, op, begin, w, deadline_ns, flags);
+  return block_thread(op, begin, w, deadline_ns);
+}

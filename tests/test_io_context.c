@@ -1,0 +1,784 @@
+/* io_context run loop and work tracking (DESIGN 3: "Threads and
+ * io_context", "I/O", "Work tracking"): run/run_one/poll/run_for, stop and
+ * restart, work guards, -EBUSY for a second runner, wake-ups from other
+ * threads, attaching to a host's libev loop, and chains counting as work
+ * until on_done ran and their stack is freed.
+ *
+ * IOF_TEST_THREADED */
+#include "test_support.h"
+
+#include <iofiber/iofiber.h>
+
+#include <errno.h>
+#include <ev.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char m[] = "test_io_context: watchdog: a test hung\n";
+  ssize_t w = write(2, m, sizeof m - 1);
+  (void)w;
+  _exit(124);
+}
+
+static int arm(void **state) {
+  (void)state;
+  signal(SIGALRM, on_alarm);
+  alarm(30);
+  return 0;
+}
+
+static int disarm(void **state) {
+  (void)state;
+  alarm(0);
+  return 0;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static int64_t ms_since(uint64_t t0) {
+  return (int64_t)((iof_test_now_ns() - t0) / 1000000u);
+}
+
+/* Bounded wait for *flag != 0 (5 s). */
+static bool wait_flag(atomic_int *flag) {
+  for (int i = 0; i < 5000; i++) {
+    if (atomic_load(flag)) return true;
+    sleep_ms(1);
+  }
+  return false;
+}
+
+/* ---- chains used below -------------------------------------------------- */
+
+typedef struct yielder {
+  int n;     /* yields to do */
+  int steps; /* yields done */
+  int status_of_yields;
+  int done_calls;
+  int done_status;
+} yielder;
+
+static int yield_fn(void *arg) {
+  yielder *y = arg;
+  for (int i = 0; i < y->n; i++) {
+    int r = iof_yield();
+    if (r != 0) y->status_of_yields = r;
+    y->steps++;
+  }
+  return y->n;
+}
+
+static void yield_done(void *user, int status) {
+  yielder *y = user;
+  y->done_calls++;
+  y->done_status = status;
+}
+
+static void launch_yielder(iof_executor_ref ex, yielder *y, int n) {
+  memset(y, 0, sizeof *y);
+  y->n = n;
+  iof_launch_opts o;
+  memset(&o, 0, sizeof o);
+  o.on_done = yield_done;
+  o.user = y;
+  assert_int_equal(iof_run_async(ex, &o, yield_fn, y), 0);
+}
+
+static int count_fn(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
+/* An operation completed by another thread: suspend publishes h (and the
+ * captured executor); the completer posts h back to that executor. */
+typedef struct xop {
+  iof_fiber *_Atomic h;
+  iof_executor_ref ex;
+  int result;
+} xop;
+
+static iof_fiber *xop_suspend(void *self, iof_fiber *h, const iof_env *env) {
+  xop *o = self;
+  o->ex = env->executor;
+  atomic_store_explicit(&o->h, h, memory_order_release);
+  return NULL;
+}
+
+static int xop_resume(void *self) {
+  return ((xop *)self)->result;
+}
+
+static const iof_awaitable_vtbl xop_vt = {NULL, xop_suspend, xop_resume};
+
+/* Waits (bounded) for the op to be pending, completes it with `result`. */
+static int xop_complete(xop *o, int result) {
+  iof_fiber *h = NULL;
+  for (int i = 0; i < 5000; i++) {
+    h = atomic_load_explicit(&o->h, memory_order_acquire);
+    if (h) break;
+    sleep_ms(1);
+  }
+  if (!h) return -ETIMEDOUT;
+  atomic_store(&o->h, NULL);
+  o->result = result;
+  return iof_executor_post(o->ex, h);
+}
+
+/* ---- run ------------------------------------------------------------------
+ */
+
+static void run_returns_when_last_chain_finishes(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  yielder y[3];
+  launch_yielder(ex, &y[0], 0);
+  launch_yielder(ex, &y[1], 10);
+  launch_yielder(ex, &y[2], 100);
+  assert_false(iof_io_context_stopped(io));
+  int ran = iof_io_context_run(io);
+  /* Each chain resumed once to start plus once per yield. */
+  assert_int_equal(ran, 1 + 11 + 101);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(y[i].steps, y[i].n);
+    assert_int_equal(y[i].status_of_yields, 0);
+    assert_int_equal(y[i].done_calls, 1);
+    assert_int_equal(y[i].done_status, y[i].n);
+  }
+  assert_true(iof_io_context_stopped(io));
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* A chain finished early must not end run while another is suspended on an
+ * operation that another thread completes later. */
+typedef struct pend_chain {
+  xop op;
+  int status;
+  atomic_int done;
+} pend_chain;
+
+static int pend_fn(void *arg) {
+  pend_chain *c = arg;
+  c->status = iof_await(&c->op, &xop_vt);
+  return 0;
+}
+
+static void pend_done(void *user, int status) {
+  (void)status;
+  atomic_store(&((pend_chain *)user)->done, 1);
+}
+
+static void *complete_after_100ms(void *arg) {
+  pend_chain *c = arg;
+  sleep_ms(100);
+  xop_complete(&c->op, 7);
+  return NULL;
+}
+
+static void run_waits_for_a_suspended_chain(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  atomic_int quick = 0;
+  assert_int_equal(iof_launch(ex, count_fn, &quick), 0);
+  pend_chain c;
+  memset(&c, 0, sizeof c);
+  iof_launch_opts o;
+  memset(&o, 0, sizeof o);
+  o.on_done = pend_done;
+  o.user = &c;
+  assert_int_equal(iof_run_async(ex, &o, pend_fn, &c), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, complete_after_100ms, &c), 0);
+  uint64_t t0 = iof_test_now_ns();
+  int ran = iof_io_context_run(io);
+  int64_t el = ms_since(t0);
+  pthread_join(t, NULL);
+  assert_int_equal(ran, 3);
+  assert_int_equal(atomic_load(&quick), 1);
+  assert_int_equal(atomic_load(&c.done), 1);
+  assert_int_equal(c.status, 7);
+  assert_true(el >= 80);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static void run_with_no_work_returns_at_once(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  uint64_t t0 = iof_test_now_ns();
+  assert_int_equal(iof_io_context_run(io), 0);
+  assert_true(ms_since(t0) < 1000);
+  assert_true(iof_io_context_stopped(io));
+  iof_io_context_restart(io);
+  t0 = iof_test_now_ns();
+  assert_int_equal(iof_io_context_run_one(io), 0);
+  assert_true(ms_since(t0) < 1000);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static void stopped_until_restart(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  assert_int_equal(iof_io_context_run(io), 0); /* no work: now stopped */
+  assert_true(iof_io_context_stopped(io));
+  atomic_int n = 0;
+  assert_int_equal(iof_launch(iof_io_context_executor(io), count_fn, &n), 0);
+  /* Stopped: run returns at once without running the chain. */
+  uint64_t t0 = iof_test_now_ns();
+  assert_int_equal(iof_io_context_run(io), 0);
+  assert_int_equal(iof_io_context_run_one(io), 0);
+  assert_int_equal(iof_io_context_poll(io), 0);
+  assert_true(ms_since(t0) < 1000);
+  assert_int_equal(atomic_load(&n), 0);
+  iof_io_context_restart(io);
+  assert_false(iof_io_context_stopped(io));
+  assert_int_equal(iof_io_context_run(io), 1);
+  assert_int_equal(atomic_load(&n), 1);
+  /* An explicit stop before run also holds until restart. */
+  iof_io_context_restart(io);
+  iof_io_context_stop(io);
+  assert_true(iof_io_context_stopped(io));
+  assert_int_equal(iof_launch(iof_io_context_executor(io), count_fn, &n), 0);
+  assert_int_equal(iof_io_context_run(io), 0);
+  assert_int_equal(atomic_load(&n), 1);
+  iof_io_context_restart(io);
+  assert_int_equal(iof_io_context_run(io), 1);
+  assert_int_equal(atomic_load(&n), 2);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+typedef struct delayed {
+  iof_io_context *io;
+  iof_work_guard *guard;
+  long ms;
+  atomic_int fired;
+} delayed;
+
+static void *reset_guard_later(void *arg) {
+  delayed *d = arg;
+  sleep_ms(d->ms);
+  atomic_store(&d->fired, 1);
+  iof_work_guard_reset(d->guard);
+  return NULL;
+}
+
+static void work_guard_keeps_run_alive(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_work_guard g;
+  assert_int_equal(iof_work_guard_init(&g, iof_io_context_executor(io)), 0);
+  assert_true(iof_work_guard_owns(&g));
+  delayed d = {io, &g, 200, 0};
+  pthread_t t;
+  uint64_t t0 = iof_test_now_ns();
+  assert_int_equal(pthread_create(&t, NULL, reset_guard_later, &d), 0);
+  int ran = iof_io_context_run(io);
+  int64_t el = ms_since(t0);
+  pthread_join(t, NULL);
+  assert_int_equal(ran, 0);
+  assert_int_equal(atomic_load(&d.fired), 1);
+  assert_true(el >= 150);
+  assert_true(el < 5000);
+  assert_false(iof_work_guard_owns(&g));
+  iof_work_guard_reset(&g); /* a second reset does nothing */
+  iof_executor_ref empty = {NULL, NULL};
+  iof_work_guard g2;
+  assert_int_equal(iof_work_guard_init(&g2, empty), -EINVAL);
+  assert_false(iof_work_guard_owns(&g2));
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static void *stop_later(void *arg) {
+  delayed *d = arg;
+  sleep_ms(d->ms);
+  atomic_store(&d->fired, 1);
+  iof_io_context_stop(d->io);
+  return NULL;
+}
+
+static void stop_from_another_thread_makes_run_return(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_work_guard g;
+  assert_int_equal(iof_work_guard_init(&g, iof_io_context_executor(io)), 0);
+  delayed d = {io, &g, 100, 0};
+  pthread_t t;
+  uint64_t t0 = iof_test_now_ns();
+  assert_int_equal(pthread_create(&t, NULL, stop_later, &d), 0);
+  assert_int_equal(iof_io_context_run(io), 0);
+  int64_t el = ms_since(t0);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&d.fired), 1);
+  assert_true(el >= 80);
+  assert_true(iof_io_context_stopped(io));
+  assert_true(iof_work_guard_owns(&g)); /* work still counted */
+  /* Stopped until restart: returns at once though work is counted. */
+  t0 = iof_test_now_ns();
+  assert_int_equal(iof_io_context_run(io), 0);
+  assert_true(ms_since(t0) < 1000);
+  iof_io_context_restart(io);
+  delayed d2 = {io, &g, 100, 0};
+  assert_int_equal(pthread_create(&t, NULL, reset_guard_later, &d2), 0);
+  assert_int_equal(iof_io_context_run(io), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&d2.fired), 1);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static void run_one_runs_exactly_one_fiber(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  atomic_int n = 0;
+  yielder y;
+  launch_yielder(ex, &y, 2);
+  for (int i = 0; i < 3; i++) assert_int_equal(iof_launch(ex, count_fn, &n), 0);
+  assert_int_equal(iof_io_context_run_one(io), 1);
+  assert_int_equal(y.steps, 0); /* the yielder started and yielded once */
+  assert_int_equal(atomic_load(&n), 0);
+  assert_int_equal(iof_io_context_run_one(io), 1);
+  assert_int_equal(atomic_load(&n), 1);
+  assert_int_equal(iof_io_context_run_one(io), 1);
+  assert_int_equal(atomic_load(&n), 2);
+  assert_int_equal(iof_io_context_run_one(io), 1);
+  assert_int_equal(atomic_load(&n), 3);
+  assert_int_equal(y.steps, 0);
+  assert_int_equal(iof_io_context_run_one(io), 1);
+  assert_int_equal(y.steps, 1);
+  assert_int_equal(iof_io_context_run_one(io), 1);
+  assert_int_equal(y.steps, 2);
+  assert_int_equal(y.done_calls, 1);
+  /* No work left: returns 0 at once. */
+  assert_int_equal(iof_io_context_run_one(io), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static void poll_returns_ready_count_and_does_not_block(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  atomic_int n = 0;
+  for (int i = 0; i < 5; i++) assert_int_equal(iof_launch(ex, count_fn, &n), 0);
+  uint64_t t0 = iof_test_now_ns();
+  assert_int_equal(iof_io_context_poll(io), 5);
+  assert_int_equal(atomic_load(&n), 5);
+  iof_io_context_restart(io);
+  /* Work counted but nothing ready (a pending op): returns 0 at once. */
+  pend_chain c;
+  memset(&c, 0, sizeof c);
+  assert_int_equal(iof_launch(ex, pend_fn, &c), 0);
+  assert_int_equal(iof_io_context_poll(io), 1); /* started, now pending */
+  iof_work_guard g;
+  assert_int_equal(iof_work_guard_init(&g, ex), 0);
+  assert_int_equal(iof_io_context_poll(io), 0);
+  assert_int_equal(iof_io_context_poll(io), 0);
+  assert_true(ms_since(t0) < 1000);
+  assert_false(iof_io_context_stopped(io));
+  /* Complete it from this thread: poll runs it. */
+  assert_int_equal(xop_complete(&c.op, 3), 0);
+  assert_int_equal(iof_io_context_poll(io), 1);
+  assert_int_equal(c.status, 3);
+  iof_work_guard_reset(&g);
+  assert_int_equal(iof_io_context_poll(io), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static void run_for_returns_after_about_the_time(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_work_guard g;
+  assert_int_equal(iof_work_guard_init(&g, iof_io_context_executor(io)), 0);
+  uint64_t t0 = iof_test_now_ns();
+  assert_int_equal(iof_io_context_run_for(io, 200 * 1000000LL), 0);
+  int64_t el = ms_since(t0);
+  assert_true(el >= 150);
+  assert_true(el < 3000);
+  /* Chains run meanwhile; and run_for returns early when work ends. */
+  atomic_int n = 0;
+  assert_int_equal(iof_launch(iof_io_context_executor(io), count_fn, &n), 0);
+  t0 = iof_test_now_ns();
+  assert_int_equal(iof_io_context_run_for(io, 100 * 1000000LL), 1);
+  el = ms_since(t0);
+  assert_int_equal(atomic_load(&n), 1);
+  assert_true(el >= 60);
+  iof_work_guard_reset(&g);
+  iof_io_context_restart(io);
+  t0 = iof_test_now_ns();
+  assert_int_equal(iof_io_context_run_for(io, 5000 * 1000000LL), 0);
+  assert_true(ms_since(t0) < 1000);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+typedef struct busy_rec {
+  iof_io_context *io;
+  iof_work_guard guard;
+  atomic_int running;
+  int run, run_one, poll, run_for, destroy;
+} busy_rec;
+
+static int mark_fn(void *arg) {
+  atomic_store(&((busy_rec *)arg)->running, 1);
+  return 0;
+}
+
+static void *second_runner(void *arg) {
+  busy_rec *b = arg;
+  if (wait_flag(&b->running)) {
+    sleep_ms(20);
+    b->run = iof_io_context_run(b->io);
+    b->run_one = iof_io_context_run_one(b->io);
+    b->poll = iof_io_context_poll(b->io);
+    b->run_for = iof_io_context_run_for(b->io, 1000000);
+    b->destroy = iof_io_context_destroy(b->io);
+  }
+  iof_work_guard_reset(&b->guard);
+  return NULL;
+}
+
+static void second_concurrent_run_returns_ebusy(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  busy_rec b;
+  memset(&b, 0, sizeof b);
+  b.io = io;
+  assert_int_equal(iof_work_guard_init(&b.guard, iof_io_context_executor(io)),
+                   0);
+  assert_int_equal(iof_launch(iof_io_context_executor(io), mark_fn, &b), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, second_runner, &b), 0);
+  assert_int_equal(iof_io_context_run(io), 1);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&b.running), 1);
+  assert_int_equal(b.run, -EBUSY);
+  assert_int_equal(b.run_one, -EBUSY);
+  assert_int_equal(b.poll, -EBUSY);
+  assert_int_equal(b.run_for, -EBUSY);
+  assert_int_equal(b.destroy, -EBUSY);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* ---- wake-ups from other threads ----------------------------------------- */
+
+typedef struct wake_rec {
+  iof_io_context *io;
+  iof_work_guard guard;
+  atomic_int running;
+  uint64_t launched_ns[3];
+  uint64_t ran_ns[3];
+  pthread_t ran_on[3];
+  int launch_status[3];
+  int idx[3];
+} wake_rec;
+
+static wake_rec *wake_global;
+
+static int wake_fn(void *arg) {
+  int i = *(int *)arg;
+  wake_global->ran_ns[i] = iof_test_now_ns();
+  wake_global->ran_on[i] = pthread_self();
+  if (i == 2) iof_work_guard_reset(&wake_global->guard);
+  return 0;
+}
+
+static int wake_mark_fn(void *arg) {
+  atomic_store(&((wake_rec *)arg)->running, 1);
+  return 0;
+}
+
+static void *remote_launcher(void *arg) {
+  wake_rec *w = arg;
+  if (!wait_flag(&w->running)) {
+    iof_work_guard_reset(&w->guard);
+    return NULL;
+  }
+  for (int i = 0; i < 3; i++) {
+    sleep_ms(50); /* run is blocked in the loop by now */
+    w->launched_ns[i] = iof_test_now_ns();
+    w->launch_status[i] =
+        iof_launch(iof_io_context_executor(w->io), wake_fn, &w->idx[i]);
+  }
+  return NULL;
+}
+
+static void posts_from_another_thread_wake_blocked_run(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  wake_rec w;
+  memset(&w, 0, sizeof w);
+  w.io = io;
+  for (int i = 0; i < 3; i++) w.idx[i] = i;
+  wake_global = &w;
+  assert_int_equal(iof_work_guard_init(&w.guard, iof_io_context_executor(io)),
+                   0);
+  assert_int_equal(iof_launch(iof_io_context_executor(io), wake_mark_fn, &w),
+                   0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, remote_launcher, &w), 0);
+  int ran = iof_io_context_run(io);
+  pthread_join(t, NULL);
+  assert_int_equal(ran, 4);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(w.launch_status[i], 0);
+    assert_true(pthread_equal(w.ran_on[i], pthread_self()));
+    assert_true(w.ran_ns[i] >= w.launched_ns[i]);
+    /* Woken promptly (ev_async), not by some periodic timeout. */
+    assert_true(w.ran_ns[i] - w.launched_ns[i] < 1000000000u);
+  }
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* ---- attaching to a host's loop ------------------------------------------ */
+
+typedef struct host_rec {
+  int timer_fired;
+} host_rec;
+
+static void host_timer_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+  (void)loop;
+  (void)revents;
+  ((host_rec *)w->data)->timer_fired++;
+}
+
+static void attach_runs_chains_in_host_ev_run(void **state) {
+  (void)state;
+  struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+  assert_non_null(loop);
+  iof_io_context *io = iof_io_context_attach(loop);
+  assert_non_null(io);
+  assert_ptr_equal(iof_io_context_loop(io), loop);
+  errno = 0;
+  assert_null(iof_io_context_attach(NULL));
+  assert_int_equal(errno, EINVAL);
+
+  /* No work: the host's ev_run is not kept alive by the context. */
+  uint64_t t0 = iof_test_now_ns();
+  ev_run(loop, 0);
+  assert_true(ms_since(t0) < 1000);
+
+  iof_executor_ref ex = iof_io_context_executor(io);
+  yielder y[3];
+  launch_yielder(ex, &y[0], 1);
+  launch_yielder(ex, &y[1], 10);
+  launch_yielder(ex, &y[2], 50);
+  host_rec h = {0};
+  ev_timer tm;
+  ev_timer_init(&tm, host_timer_cb, 0.01, 0.);
+  tm.data = &h;
+  ev_timer_start(loop, &tm);
+  t0 = iof_test_now_ns();
+  ev_run(loop, 0); /* returns when the chains and the host timer are done */
+  assert_true(ms_since(t0) < 5000);
+  assert_int_equal(h.timer_fired, 1);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(y[i].steps, y[i].n);
+    assert_int_equal(y[i].done_calls, 1);
+  }
+
+  /* A chain suspended on an op completed from another thread keeps the
+   * host loop alive until it is done. */
+  pend_chain c;
+  memset(&c, 0, sizeof c);
+  iof_launch_opts o;
+  memset(&o, 0, sizeof o);
+  o.on_done = pend_done;
+  o.user = &c;
+  assert_int_equal(iof_run_async(ex, &o, pend_fn, &c), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, complete_after_100ms, &c), 0);
+  t0 = iof_test_now_ns();
+  ev_run(loop, 0);
+  int64_t el = ms_since(t0);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&c.done), 1);
+  assert_int_equal(c.status, 7);
+  assert_true(el >= 80);
+
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  /* The host's loop is intact and still usable. */
+  ev_timer_start(loop, &tm);
+  ev_run(loop, 0);
+  assert_int_equal(h.timer_fired, 2);
+  ev_loop_destroy(loop);
+}
+
+/* ---- work tracking ---------------------------------------------------------
+ */
+
+typedef struct track_rec {
+  iof_frame_allocator *track;
+  int run_returned;
+  int done_calls;
+  int returned_at_done;
+  size_t live_at_done;
+} track_rec;
+
+static track_rec *track_global;
+
+static void track_done(void *user, int status) {
+  (void)status;
+  track_rec *t = user;
+  t->done_calls++;
+  t->returned_at_done = t->run_returned;
+  iof_tracking_stats st;
+  iof_tracking_allocator_stats(t->track, &st);
+  t->live_at_done = st.live;
+}
+
+static int track_fn(void *arg) {
+  (void)arg;
+  iof_yield();
+  return 0;
+}
+
+static void chain_counts_as_work_until_on_done_and_stack_freed(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  track_rec t;
+  memset(&t, 0, sizeof t);
+  track_global = &t;
+  t.track = iof_tracking_allocator_create(NULL);
+  assert_non_null(t.track);
+  iof_launch_opts o;
+  memset(&o, 0, sizeof o);
+  o.frame_allocator = t.track;
+  o.on_done = track_done;
+  o.user = &t;
+  assert_int_equal(
+      iof_run_async(iof_io_context_executor(io), &o, track_fn, NULL), 0);
+  iof_tracking_stats st;
+  assert_int_equal(iof_tracking_allocator_stats(t.track, &st), 0);
+  assert_int_equal(st.live, 1);
+  iof_io_context_run(io);
+  t.run_returned = 1;
+  assert_int_equal(t.done_calls, 1);
+  assert_int_equal(t.returned_at_done, 0);
+  assert_int_equal(t.live_at_done, 1); /* its own stack, still live */
+  assert_int_equal(iof_tracking_allocator_stats(t.track, &st), 0);
+  assert_int_equal(st.live, 0); /* freed before run returned */
+  assert_int_equal(st.total, 1);
+  assert_int_equal(st.freed, 1);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(iof_tracking_allocator_destroy(t.track), 0);
+}
+
+/* A thread-pool chain with a pending operation registered on an
+ * io_context (counted there as work) keeps that io_context's run alive. */
+typedef struct cross_op {
+  iof_executor_ref io_ex;
+  xop op;
+  atomic_int registered;
+  atomic_int completed;
+  int status;
+  pthread_t ran_on;
+  atomic_int done;
+} cross_op;
+
+static iof_fiber *cross_suspend(void *self, iof_fiber *h, const iof_env *env) {
+  cross_op *c = (cross_op *)((char *)self - offsetof(cross_op, op));
+  iof_executor_on_work_started(c->io_ex); /* pending on the io_context */
+  atomic_store(&c->registered, 1);
+  return xop_suspend(self, h, env);
+}
+
+static const iof_awaitable_vtbl cross_vt = {NULL, cross_suspend, xop_resume};
+
+static int cross_fn(void *arg) {
+  cross_op *c = arg;
+  c->status = iof_await(&c->op, &cross_vt);
+  c->ran_on = pthread_self();
+  return 0;
+}
+
+static void cross_done(void *user, int status) {
+  (void)status;
+  atomic_store(&((cross_op *)user)->done, 1);
+}
+
+static void *cross_completer(void *arg) {
+  cross_op *c = arg;
+  sleep_ms(200);
+  /* Completion: dispatch to the fiber's own executor (the pool), then the
+   * operation is no longer pending on the io_context. */
+  xop_complete(&c->op, 5);
+  atomic_store(&c->completed, 1);
+  iof_executor_on_work_finished(c->io_ex);
+  return NULL;
+}
+
+static void pool_chain_pending_op_keeps_io_context_run_alive(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  iof_thread_pool *p = iof_thread_pool_create(2);
+  assert_non_null(io);
+  assert_non_null(p);
+  cross_op c;
+  memset(&c, 0, sizeof c);
+  c.io_ex = iof_io_context_executor(io);
+  iof_launch_opts o;
+  memset(&o, 0, sizeof o);
+  o.on_done = cross_done;
+  o.user = &c;
+  assert_int_equal(iof_run_async(iof_thread_pool_executor(p), &o, cross_fn, &c),
+                   0);
+  assert_true(wait_flag(&c.registered));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, cross_completer, &c), 0);
+  uint64_t t0 = iof_test_now_ns();
+  int ran = iof_io_context_run(io);
+  int64_t el = ms_since(t0);
+  int completed_at_return = atomic_load(&c.completed);
+  pthread_join(t, NULL);
+  assert_int_equal(ran, 0);
+  assert_int_equal(completed_at_return, 1);
+  assert_true(el >= 150);
+  assert_int_equal(iof_thread_pool_join(p), 0);
+  assert_int_equal(atomic_load(&c.done), 1);
+  assert_int_equal(c.status, 5);
+  assert_false(pthread_equal(c.ran_on, pthread_self()));
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(run_returns_when_last_chain_finishes),
+      T(run_waits_for_a_suspended_chain),
+      T(run_with_no_work_returns_at_once),
+      T(stopped_until_restart),
+      T(work_guard_keeps_run_alive),
+      T(stop_from_another_thread_makes_run_return),
+      T(run_one_runs_exactly_one_fiber),
+      T(poll_returns_ready_count_and_does_not_block),
+      T(run_for_returns_after_about_the_time),
+      T(second_concurrent_run_returns_ebusy),
+      T(posts_from_another_thread_wake_blocked_run),
+      T(attach_runs_chains_in_host_ev_run),
+      T(chain_counts_as_work_until_on_done_and_stack_freed),
+      T(pool_chain_pending_op_keeps_io_context_run_alive),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
