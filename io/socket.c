@@ -125,13 +125,6 @@ static void unlink_socket(iof_socket *s) {
 
 int iof__socket_new(iof_io_context *io, int fd, int family, int type,
                     bool listener, iof_socket **out) {
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
-      fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-    int e = errno;
-    close(fd);
-    return -e;
-  }
   iof_socket *s = calloc(1, sizeof *s);
   if (!s) {
     close(fd);
@@ -142,10 +135,8 @@ int iof__socket_new(iof_io_context *io, int fd, int family, int type,
   s->family = family;
   s->type = type;
   s->listener = listener;
+  s->is_socket = true;
   s->read_first = true;
-  int so_type;
-  socklen_t sl = sizeof so_type;
-  s->is_socket = getsockopt(fd, SOL_SOCKET, SO_TYPE, &so_type, &sl) == 0;
   ev_io_init(&s->w, on_io, fd, 0);
   s->w.data = s;
   link_socket(io, s);
@@ -155,17 +146,25 @@ int iof__socket_new(iof_io_context *io, int fd, int family, int type,
 
 int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
   if (!io || !out) return -EINVAL;
-  if (fd < 0 || fcntl(fd, F_GETFD) < 0) return -EBADF;
+  int fl = fd < 0 ? -1 : fcntl(fd, F_GETFL);
+  if (fl < 0) return -EBADF;
+  /* Only a foreign fd pays for these: the runtime's own sockets are made
+   * with SOCK_NONBLOCK | SOCK_CLOEXEC. */
+  if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+    return -errno;
   int type = 0, acc = 0;
   socklen_t sl = sizeof type;
-  getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl);
+  bool is_socket = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl) == 0;
   sl = sizeof acc;
-  getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &sl);
+  if (is_socket) getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &sl);
   struct sockaddr_storage ss;
   socklen_t al = sizeof ss;
-  int family =
-      getsockname(fd, (struct sockaddr *)&ss, &al) == 0 ? ss.ss_family : 0;
-  return iof__socket_new(io, fd, family, type, acc != 0, out);
+  int family = is_socket && getsockname(fd, (struct sockaddr *)&ss, &al) == 0
+                   ? ss.ss_family
+                   : 0;
+  int r = iof__socket_new(io, fd, family, type, acc != 0, out);
+  if (r == 0) (*out)->is_socket = is_socket;
+  return r;
 }
 
 /* Detaches and cancels the waiters, stops the watcher, closes the fd. On
@@ -278,6 +277,16 @@ static int byte_check(iof_socket *s, const void *buf, size_t len) {
   return 0;
 }
 
+/* After a read: a full buffer suggests more is waiting, so the next read
+ * tries first (speculatively), unless the last speculation missed: a
+ * message reader whose reads end exactly at message boundaries would
+ * otherwise pay a blind EAGAIN per message. */
+static void read_done(iof_socket *s, bool full) {
+  if (s->speculative) s->spec_missed = false;
+  s->read_first = full && !s->spec_missed;
+  s->speculative = s->read_first;
+}
+
 ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
   int r = byte_check(s, buf, len);
   if (r != 0) return r > 0 ? 0 : r;
@@ -285,17 +294,19 @@ ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
     if (s->read_first) {
       ssize_t n = read(s->fd, buf, len);
       if (n >= 0) {
-        s->read_first = (size_t)n == len;
+        read_done(s, (size_t)n == len);
         return n;
       }
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+      if (s->speculative) s->spec_missed = true;
     }
     s->read_first = false;
     r = iof__socket_wait(s, EV_READ);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
     s->read_first = true;
+    s->speculative = false;
   }
 }
 
@@ -312,17 +323,19 @@ ssize_t iof_readv(iof_socket *s, const struct iovec *iov, int iovcnt) {
     if (s->read_first) {
       ssize_t n = readv(s->fd, iov, iovcnt);
       if (n >= 0) {
-        s->read_first = (size_t)n == total;
+        read_done(s, (size_t)n == total);
         return n;
       }
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+      if (s->speculative) s->spec_missed = true;
     }
     s->read_first = false;
     r = iof__socket_wait(s, EV_READ);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
     s->read_first = true;
+    s->speculative = false;
   }
 }
 

@@ -17,6 +17,8 @@ struct iof_socket {
   /* What the socket last showed: true while a read may find data without
    * waiting (fresh socket, or the last read filled its buffer). */
   bool read_first;
+  bool speculative; /* read_first came from a full read, not readiness */
+  bool spec_missed; /* the last speculative read found nothing */
   ev_io w;      /* one watcher for the socket's life; only its mask moves */
   int interest; /* EV_READ/EV_WRITE currently in w (0: stopped) */
   iof_wait *rd; /* waiting readers, FIFO */
