@@ -10,3 +10,11 @@ BENCH_SUITE(sync, "mutex, channel and when_all against a raw switch, a "
                   "pthread mutex and plain launches")
 BENCH_SUITE(io, "echo round trips over loopback TCP: hand-written libev "
                 "server vs fiber-per-connection server")
+BENCH_SUITE(post, "io_context post+resume (iof_yield) vs a raw switch; "
+                  "cross-thread post vs same-thread")
+BENCH_SUITE(strand, "fibers yielding through a strand vs on the io_context "
+                    "itself")
+BENCH_SUITE(pool, "thread pool (1 and 2 threads): iof_run hops and launches "
+                  "vs the same on an io_context")
+BENCH_SUITE(launch, "iof_run_async to completion on an io_context vs fiber "
+                    "create+resume+destroy; 150 ns goal")
