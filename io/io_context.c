@@ -80,23 +80,23 @@ static const iof_executor_vtbl io_vtbl = {
     io_dispatch,   io_post,         NULL,
     io_context_of, io_work_started, io_work_finished};
 
-/* Resumes up to `max` ready fibers; returns how many ran. */
-static int run_batch(iof_io_context *io, long max) {
-  int n = 0;
+/* Resumes the fibers ready now, at most max of them (max < 0: all);
+ * fibers made ready meanwhile wait for the next batch, so a fiber that
+ * yields in a loop cannot starve libev. Returns how many ran. */
+static long run_batch(iof_io_context *io, long max) {
   take_remote(io);
-  while (n < max) {
-    iof_fiber *f = iof__q_pop(&io->local);
-    if (!f) break;
-    iof_fiber_resume(f);
+  iof_fiber_queue batch = io->local;
+  io->local.head = io->local.tail = NULL;
+  long n = 0;
+  while (batch.head && (max < 0 || n < max)) {
+    iof_fiber_resume(iof__q_pop(&batch));
     n++;
   }
-  return n;
-}
-
-static long batch_size(iof_io_context *io) {
-  take_remote(io);
-  long n = 0;
-  for (iof_fiber *f = io->local.head; f; f = f->next) n++;
+  if (batch.head) { /* over the limit: back in front, in order */
+    batch.tail->next = io->local.head;
+    if (!io->local.head) io->local.tail = batch.tail;
+    io->local.head = batch.head;
+  }
   return n;
 }
 
@@ -109,7 +109,7 @@ static bool idle_now(iof_io_context *io) {
 static void attached_run(iof_io_context *io) {
   iof_run_mark mark;
   iof__run_mark_push(&mark, &io->ctx);
-  run_batch(io, batch_size(io));
+  run_batch(io, -1);
   iof__run_mark_pop(&mark);
   if (io->local.head) {
     if (!ev_is_active(&io->idle)) ev_idle_start(io->loop, &io->idle);
@@ -274,9 +274,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
   }
   long ran = 0, polled_at = 0;
   while (!atomic_load(&io->stopped) && !io->timed_out) {
-    long batch = batch_size(io);
-    if (max_fibers >= 0 && batch > max_fibers - ran) batch = max_fibers - ran;
-    ran += run_batch(io, batch);
+    ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : -1);
     if (max_fibers >= 0 && ran >= max_fibers) break;
     if (idle_now(io)) {
       atomic_store(&io->stopped, true);
@@ -284,7 +282,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
     }
     if (!wait) {
       ev_run(io->loop, EVRUN_NOWAIT);
-      ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : batch_size(io));
+      ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : -1);
       break;
     }
     /* While fibers are ready, poll libev only every POLL_EVERY of them: a
