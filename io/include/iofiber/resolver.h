@@ -11,6 +11,9 @@
 extern "C" {
 #endif
 
+/* Declared here too: strict C11 builds get netdb.h without it. */
+struct addrinfo;
+
 /* Resolves host/service (either may be NULL, as getaddrinfo; hints may be
  * NULL). 0 and *res (free it with freeaddrinfo); -ECANCELED (stop token,
  * shutdown); -EPERM outside a launched fiber; -EINVAL; getaddrinfo's
