@@ -33,7 +33,8 @@ bool iof__thread_runs(const iof_execution_context *ctx) {
 
 bool iof__refuse_after_shutdown(const iof_execution_context *ctx,
                                 const iof_fiber *h) {
-  return iof_execution_context_stopping(ctx) && h->state == IOF_FS_CREATED;
+  /* The state test first: it is a plain load, and false on every wake. */
+  return h->state == IOF_FS_CREATED && iof_execution_context_stopping(ctx);
 }
 
 void iof__report_stuck(const char *what, size_t n) {
