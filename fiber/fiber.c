@@ -132,11 +132,14 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   if (!alloc) alloc = iof_default_frame_allocator();
   size_t page = iof__page_size();
   size_t size = (stack_size + page - 1) & ~(page - 1);
+  int saved = errno;
+  errno = 0;
   char *base = alloc->vtbl->allocate(alloc, size);
   if (!base) {
-    if (!errno) errno = ENOMEM;
+    if (!errno) errno = ENOMEM; /* an allocator that did not say why */
     return NULL;
   }
+  errno = saved;
   /* The control block and the extra area share the top page with the first
    * stack frames, so an idle fiber touches one or two pages. */
   extra = (extra + 15) & ~(size_t)15;

@@ -5,7 +5,24 @@
  * depot under a mutex; stacks that reach it give their pages back to the OS
  * (MADV_DONTNEED: MADV_FREE leaves RSS high until memory pressure, which is
  * what the cap is meant to prevent). Only requests of exactly the pool's
- * stack size are recycled; other sizes are mapped and unmapped directly. */
+ * stack size are recycled; other sizes are mapped and unmapped directly.
+ *
+ * Counting. The fast path (a stack from or to the thread's cache) does one
+ * atomic read-modify-write: `live`, the global count of live frames. It is
+ * kept because `peak` must be exact, and the highest value of a sum of
+ * per-thread counters cannot be known without a shared counter; with it,
+ * peak is the highest value `live` took (a load, and a CAS only when the
+ * peak rises). Everything else is derived or owner-written:
+ * - allocated: per-thread counters, written only by the thread that owns
+ *   the cache (relaxed load + store, no RMW), summed by stats under the
+ *   pool lock; a thread that exits folds its count into `retired`.
+ * - live_bytes: live * stack_size + `odd_bytes`, where odd_bytes collects
+ *   the difference (mod 2^64) for the rare frames of other sizes.
+ * - budget: only a pool with a budget keeps `reserved` (bytes, one more
+ *   RMW per alloc and per free) to refuse allocations past it.
+ * - mapped, failed and the counts of threads without a cache are global
+ *   atomics touched only on slow paths (mmap, munmap, errors, depot).
+ * All figures are exact whenever no allocation or free is in flight. */
 #include "fiber/stack_map.h"
 
 #include <errno.h>
@@ -27,7 +44,9 @@ typedef struct stack_node {
 typedef struct pool_cache {
   struct pool_cache *next; /* in the pool's list of caches */
   stack_node *head;
-  atomic_size_t n; /* written by the owner only; read by stats */
+  /* Written by the owner only (relaxed load + store); read by stats. */
+  atomic_size_t n;         /* stacks in this cache */
+  atomic_size_t allocated; /* successful allocations by this thread */
 } pool_cache;
 
 struct iof_stack_pool {
@@ -42,11 +61,20 @@ struct iof_stack_pool {
   stack_node *depot;
   size_t depot_n;
   pool_cache *caches;
-  atomic_size_t live, live_bytes, peak, allocated, mapped, failed;
+  size_t retired; /* `allocated` of the caches of exited threads (lock) */
+  /* The one RMW of the fast path, on a line of its own. */
+  _Alignas(64) atomic_size_t live;
+  atomic_size_t peak;
+  /* Slow paths only. */
+  _Alignas(64) atomic_size_t reserved; /* bytes; only with a budget */
+  atomic_size_t odd_bytes;             /* sum of (size - stack_size) */
+  atomic_size_t allocated;             /* by threads without a cache */
+  atomic_size_t mapped, failed;
 };
 
 /* The calling thread's caches, found by pool id (ids are never reused, so a
- * slot left by a destroyed pool can never match a new one). */
+ * slot left by a destroyed pool can never match a new one); the pool used
+ * last is kept in slot 0, so the common lookup is one compare. */
 static __thread struct {
   uint64_t id;
   pool_cache *cache;
@@ -77,10 +105,19 @@ static void unmap_stack(iof_stack_pool *p, void *base) {
 }
 
 /* Puts a chain of stacks in the depot, unmapping what exceeds its cap. */
-static void depot_put(iof_stack_pool *p, stack_node *chain) {
+/* Puts a chain of stacks in the depot, unmapping what exceeds its cap.
+ * The first thread_cache stacks of the depot stay warm (pages kept): with
+ * fibers launched on one thread and freed on another, every stack passes
+ * through the depot, and an madvise per pass would dominate a launch.
+ * Past that (and always with `release`), pages go back to the OS. */
+static void depot_put(iof_stack_pool *p, stack_node *chain, bool release) {
   stack_node *spill = NULL;
+  pthread_mutex_lock(&p->lock);
+  size_t n = p->depot_n;
+  pthread_mutex_unlock(&p->lock);
   for (stack_node *s = chain; s; s = s->next)
-    release_pages(p, base_of(s, p->stack_size));
+    if (release || n++ >= p->cache_max)
+      release_pages(p, base_of(s, p->stack_size));
   pthread_mutex_lock(&p->lock);
   while (chain) {
     stack_node *s = chain;
@@ -122,9 +159,10 @@ static void thread_exit(void *unused) {
         *pp = c->next;
         break;
       }
+    p->retired += atomic_load_explicit(&c->allocated, memory_order_relaxed);
     pthread_mutex_unlock(&p->lock);
     free(c);
-    depot_put(p, chain);
+    depot_put(p, chain, true);
   }
   pthread_mutex_unlock(&registry_lock);
 }
@@ -133,45 +171,78 @@ static void make_exit_key(void) {
   (void)pthread_key_create(&exit_key, thread_exit);
 }
 
-static pool_cache *get_cache(iof_stack_pool *p) {
-  for (int i = 0; i < CACHE_SLOTS; i++)
-    if (slots[i].id == p->id) return slots[i].cache;
-  int free_slot = -1;
-  for (int i = 0; i < CACHE_SLOTS && free_slot < 0; i++)
-    if (!slots[i].id) free_slot = i;
-  if (free_slot < 0) return NULL; /* too many pools here: use the depot */
-  pool_cache *c = calloc(1, sizeof *c);
-  if (!c) return NULL;
-  pthread_once(&exit_once, make_exit_key);
-  (void)pthread_setspecific(exit_key, (void *)1);
-  pthread_mutex_lock(&p->lock);
-  c->next = p->caches;
-  p->caches = c;
-  pthread_mutex_unlock(&p->lock);
-  slots[free_slot].id = p->id;
-  slots[free_slot].cache = c;
+static __attribute__((noinline)) pool_cache *find_cache(iof_stack_pool *p) {
+  int found = -1, free_slot = -1;
+  for (int i = 1; i < CACHE_SLOTS; i++) {
+    if (slots[i].id == p->id) found = i;
+    if (!slots[i].id && free_slot < 0) free_slot = i;
+  }
+  if (!slots[0].id) free_slot = 0;
+  pool_cache *c;
+  if (found >= 0) {
+    c = slots[found].cache;
+  } else {
+    if (free_slot < 0) return NULL; /* too many pools here: use the depot */
+    c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_once(&exit_once, make_exit_key);
+    (void)pthread_setspecific(exit_key, (void *)1);
+    pthread_mutex_lock(&p->lock);
+    c->next = p->caches;
+    p->caches = c;
+    pthread_mutex_unlock(&p->lock);
+    found = free_slot;
+  }
+  /* Move it to slot 0. */
+  slots[found] = slots[0];
+  slots[0].id = p->id;
+  slots[0].cache = c;
   return c;
 }
 
+static inline pool_cache *get_cache(iof_stack_pool *p) {
+  if (__builtin_expect(slots[0].id == p->id, 1)) return slots[0].cache;
+  return find_cache(p);
+}
+
 static bool reserve_budget(iof_stack_pool *p, size_t size) {
+  if (!p->budget) return true;
   size_t now =
-      atomic_fetch_add_explicit(&p->live_bytes, size, memory_order_relaxed);
-  if (p->budget && now + size > p->budget) {
-    atomic_fetch_sub_explicit(&p->live_bytes, size, memory_order_relaxed);
+      atomic_fetch_add_explicit(&p->reserved, size, memory_order_relaxed);
+  if (now + size > p->budget) {
+    atomic_fetch_sub_explicit(&p->reserved, size, memory_order_relaxed);
     return false;
   }
   return true;
 }
 
-static void count_live(iof_stack_pool *p) {
+static void unreserve(iof_stack_pool *p, size_t size) {
+  if (p->budget)
+    atomic_fetch_sub_explicit(&p->reserved, size, memory_order_relaxed);
+}
+
+static inline void count_alloc(iof_stack_pool *p, pool_cache *c) {
   size_t live =
       atomic_fetch_add_explicit(&p->live, 1, memory_order_relaxed) + 1;
-  atomic_fetch_add_explicit(&p->allocated, 1, memory_order_relaxed);
   size_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
-  while (live > peak && !atomic_compare_exchange_weak_explicit(
-                            &p->peak, &peak, live, memory_order_relaxed,
-                            memory_order_relaxed)) {
+  while (__builtin_expect(live > peak, 0) &&
+         !atomic_compare_exchange_weak_explicit(&p->peak, &peak, live,
+                                                memory_order_relaxed,
+                                                memory_order_relaxed)) {
   }
+  if (c)
+    atomic_store_explicit(
+        &c->allocated,
+        atomic_load_explicit(&c->allocated, memory_order_relaxed) + 1,
+        memory_order_relaxed);
+  else
+    atomic_fetch_add_explicit(&p->allocated, 1, memory_order_relaxed);
+}
+
+static __attribute__((noinline)) void *fail(iof_stack_pool *p, int err) {
+  atomic_fetch_add_explicit(&p->failed, 1, memory_order_relaxed);
+  errno = err;
+  return NULL;
 }
 
 static void *refill(iof_stack_pool *p, pool_cache *c) {
@@ -205,84 +276,149 @@ static void *refill(iof_stack_pool *p, pool_cache *c) {
   return base_of(got, p->stack_size);
 }
 
-static void *pool_allocate(iof_frame_allocator *self, size_t size) {
-  iof_stack_pool *p = (iof_stack_pool *)self;
+/* Frames of another size than the pool's: mapped and unmapped directly. */
+static __attribute__((noinline)) void *odd_allocate(iof_stack_pool *p,
+                                                    size_t size) {
   size_t page = iof__page_size();
   size_t rsize = (size + page - 1) & ~(page - 1);
-  if (!size || !reserve_budget(p, rsize)) {
-    atomic_fetch_add_explicit(&p->failed, 1, memory_order_relaxed);
-    errno = size ? ENOMEM : EINVAL;
-    return NULL;
+  if (!reserve_budget(p, rsize)) return fail(p, ENOMEM);
+  void *base = iof__stack_map(rsize);
+  if (!base) {
+    unreserve(p, rsize);
+    return fail(p, ENOMEM);
   }
+  atomic_fetch_add_explicit(&p->mapped, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&p->odd_bytes, rsize - p->stack_size,
+                            memory_order_relaxed);
+  count_alloc(p, NULL);
+  return base;
+}
+
+/* Everything but the common case: other sizes, a budget, another pool than
+ * the thread's last one, an empty cache. */
+static __attribute__((noinline)) void *alloc_slow(iof_stack_pool *p,
+                                                  size_t size) {
+  if (size != p->stack_size) {
+    if (!size) return fail(p, EINVAL);
+    size_t page = iof__page_size();
+    if (((size + page - 1) & ~(page - 1)) != p->stack_size)
+      return odd_allocate(p, size);
+    size = p->stack_size;
+  }
+  if (!reserve_budget(p, size)) return fail(p, ENOMEM);
+  pool_cache *c = get_cache(p);
+  stack_node *s = c ? c->head : NULL;
   void *base;
-  if (rsize != p->stack_size) {
-    base = iof__stack_map(rsize);
-    if (base) atomic_fetch_add_explicit(&p->mapped, 1, memory_order_relaxed);
+  if (s) {
+    c->head = s->next;
+    atomic_store_explicit(&c->n,
+                          atomic_load_explicit(&c->n, memory_order_relaxed) - 1,
+                          memory_order_relaxed);
+    base = base_of(s, size);
   } else {
-    pool_cache *c = get_cache(p);
-    stack_node *s = c ? c->head : NULL;
-    if (s) {
+    base = refill(p, c);
+    if (!base) {
+      unreserve(p, size);
+      return fail(p, ENOMEM);
+    }
+  }
+  count_alloc(p, c);
+  return base;
+}
+
+static void *pool_allocate(iof_frame_allocator *self, size_t size) {
+  iof_stack_pool *p = (iof_stack_pool *)self;
+  if (__builtin_expect(
+          size == p->stack_size && !p->budget && slots[0].id == p->id, 1)) {
+    pool_cache *c = slots[0].cache;
+    stack_node *s = c->head;
+    if (__builtin_expect(s != NULL, 1)) {
       c->head = s->next;
       atomic_store_explicit(
           &c->n, atomic_load_explicit(&c->n, memory_order_relaxed) - 1,
           memory_order_relaxed);
-      base = base_of(s, rsize);
-    } else {
-      base = refill(p, c);
+      count_alloc(p, c);
+      return base_of(s, size);
     }
   }
-  if (!base) {
-    atomic_fetch_sub_explicit(&p->live_bytes, rsize, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->failed, 1, memory_order_relaxed);
-    errno = ENOMEM;
-    return NULL;
+  return alloc_slow(p, size);
+}
+
+static __attribute__((noinline)) void spill(iof_stack_pool *p, pool_cache *c) {
+  /* Keep the most recently used half (their pages are warm); send the
+   * rest to the depot in one locked batch. */
+  size_t keep = p->cache_max / 2;
+  stack_node *chain;
+  if (keep == 0) {
+    chain = c->head;
+    c->head = NULL;
+  } else {
+    stack_node *t = c->head;
+    for (size_t i = 1; i < keep && t; i++) t = t->next;
+    chain = t->next;
+    t->next = NULL;
   }
-  count_live(p);
-  return base;
+  atomic_store_explicit(&c->n, keep, memory_order_relaxed);
+  depot_put(p, chain, false);
+}
+
+static __attribute__((noinline)) void odd_deallocate(iof_stack_pool *p,
+                                                     void *base, size_t size) {
+  size_t page = iof__page_size();
+  size_t rsize = (size + page - 1) & ~(page - 1);
+  iof__stack_unmap(base, rsize);
+  atomic_fetch_sub_explicit(&p->mapped, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&p->odd_bytes, rsize - p->stack_size,
+                            memory_order_relaxed);
+  unreserve(p, rsize);
+  atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
+}
+
+static __attribute__((noinline)) void dealloc_slow(iof_stack_pool *p,
+                                                   void *base, size_t size) {
+  if (size != p->stack_size) {
+    size_t page = iof__page_size();
+    if (((size + page - 1) & ~(page - 1)) != p->stack_size) {
+      odd_deallocate(p, base, size);
+      return;
+    }
+    size = p->stack_size;
+  }
+  stack_node *s = node_of(base, size);
+  pool_cache *c = get_cache(p);
+  if (c) {
+    s->next = c->head;
+    c->head = s;
+    size_t n = atomic_load_explicit(&c->n, memory_order_relaxed) + 1;
+    atomic_store_explicit(&c->n, n, memory_order_relaxed);
+    if (n > p->cache_max) spill(p, c);
+  } else {
+    s->next = NULL;
+    depot_put(p, s, false);
+  }
+  /* After the stack is back: stats never count it both live and cached. */
+  unreserve(p, size);
+  atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
 }
 
 static void pool_deallocate(iof_frame_allocator *self, void *base,
                             size_t size) {
   iof_stack_pool *p = (iof_stack_pool *)self;
-  size_t page = iof__page_size();
-  size_t rsize = (size + page - 1) & ~(page - 1);
   if (!base) return;
-  atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&p->live_bytes, rsize, memory_order_relaxed);
-  if (rsize != p->stack_size) {
-    iof__stack_unmap(base, rsize);
-    atomic_fetch_sub_explicit(&p->mapped, 1, memory_order_relaxed);
-    return;
-  }
-  stack_node *s = node_of(base, rsize);
-  pool_cache *c = get_cache(p);
-  if (!c) {
-    s->next = NULL;
-    depot_put(p, s);
-    return;
-  }
-  size_t n = atomic_load_explicit(&c->n, memory_order_relaxed);
-  s->next = c->head;
-  c->head = s;
-  n++;
-  if (n > p->cache_max) {
-    /* Keep the most recently used half (their pages are warm); send the
-     * rest to the depot in one locked batch. */
-    size_t keep = p->cache_max / 2;
-    stack_node *t = c->head;
-    for (size_t i = 1; i < keep && t; i++) t = t->next;
-    stack_node *chain;
-    if (keep == 0) {
-      chain = c->head;
-      c->head = NULL;
-    } else {
-      chain = t->next;
-      t->next = NULL;
+  if (__builtin_expect(
+          size == p->stack_size && !p->budget && slots[0].id == p->id, 1)) {
+    pool_cache *c = slots[0].cache;
+    size_t n = atomic_load_explicit(&c->n, memory_order_relaxed) + 1;
+    if (__builtin_expect(n <= p->cache_max, 1)) {
+      stack_node *s = node_of(base, size);
+      s->next = c->head;
+      c->head = s;
+      atomic_store_explicit(&c->n, n, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
+      return;
     }
-    n = keep;
-    depot_put(p, chain);
   }
-  atomic_store_explicit(&c->n, n, memory_order_relaxed);
+  dealloc_slow(p, base, size);
 }
 
 static const iof_frame_allocator_vtbl pool_vtbl = {pool_allocate,
@@ -359,27 +495,38 @@ int iof_stack_pool_stats(iof_stack_pool *p, struct iof_stack_pool_stats *out) {
   if (!p || !out) return -EINVAL;
   pthread_mutex_lock(&p->lock);
   size_t cached = p->depot_n;
-  for (pool_cache *c = p->caches; c; c = c->next)
+  size_t allocated = p->retired;
+  for (pool_cache *c = p->caches; c; c = c->next) {
     cached += atomic_load_explicit(&c->n, memory_order_relaxed);
+    allocated += atomic_load_explicit(&c->allocated, memory_order_relaxed);
+  }
   pthread_mutex_unlock(&p->lock);
-  out->live = atomic_load(&p->live);
+  size_t live = atomic_load(&p->live);
+  out->live = live;
   out->cached = cached;
-  out->allocated = atomic_load(&p->allocated);
+  out->allocated = allocated + atomic_load(&p->allocated);
   out->peak = atomic_load(&p->peak);
   out->mapped = atomic_load(&p->mapped);
   out->failed = atomic_load(&p->failed);
-  out->live_bytes = atomic_load(&p->live_bytes);
+  out->live_bytes = live * p->stack_size + atomic_load(&p->odd_bytes);
   return 0;
 }
 
 static iof_stack_pool *default_pool;
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+/* The answer, once known: every iof_fiber_create(NULL, ...) asks. */
+static iof_frame_allocator *_Atomic default_alloc;
 
 static void make_default_pool(void) {
   default_pool = iof_stack_pool_create(NULL);
 }
 
 iof_frame_allocator *iof_default_frame_allocator(void) {
+  iof_frame_allocator *a =
+      atomic_load_explicit(&default_alloc, memory_order_acquire);
+  if (__builtin_expect(a != NULL, 1)) return a;
   pthread_once(&default_once, make_default_pool);
-  return default_pool ? &default_pool->base : iof_mmap_allocator();
+  a = default_pool ? &default_pool->base : iof_mmap_allocator();
+  atomic_store_explicit(&default_alloc, a, memory_order_release);
+  return a;
 }
