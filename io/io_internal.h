@@ -62,8 +62,8 @@ struct iof_wait {
   int dir;                     /* EV_READ or EV_WRITE, for socket waits */
   ev_timer timeout;            /* optional limit, see iof__wait */
   int64_t timeout_ns;          /* < 0: none */
-  int64_t deadline_ns; /* the limit as a monotonic time: 0 means
-                          "timeout_ns from initiation" (iof__wait sets it) */
+  int64_t deadline_ns;         /* the limit as a monotonic time: 0 means
+                                  "timeout_ns from initiation" (iof__wait sets it) */
   iof_stop_callback stop;
   bool via_io;    /* resumed on io's thread by a cancellation */
   iof_wait *next; /* in the waited object's list, where it keeps one */

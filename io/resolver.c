@@ -64,8 +64,7 @@ static void *worker(void *arg) {
     /* The fiber may have been cancelled: then the claim fails, the result
      * stays ours and drop() frees it. A result that comes in once the
      * service is shutting down is dropped: the wait ends -ECANCELED. */
-    if (r->w && iof__wait_cancel(r->w, rs->stop ? -ECANCELED : 0))
-      r->w = NULL;
+    if (r->w && iof__wait_cancel(r->w, rs->stop ? -ECANCELED : 0)) r->w = NULL;
     drop(r);
   }
   pthread_mutex_unlock(&rs->lock);

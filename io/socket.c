@@ -150,7 +150,8 @@ int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
   if (fl < 0) return -EBADF;
   /* Only a foreign fd pays for these: the runtime's own sockets are made
    * with SOCK_NONBLOCK | SOCK_CLOEXEC. */
-  if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+  if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+      fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
     return -errno;
   int type = 0, acc = 0;
   socklen_t sl = sizeof type;
@@ -348,7 +349,8 @@ static ssize_t writev_nosigpipe(int fd, const struct iovec *iov, int cnt) {
   sigemptyset(&pipe_set);
   sigaddset(&pipe_set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-  bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+  bool was_pending =
+      sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
   ssize_t n = writev(fd, iov, cnt);
   int e = errno;
   if (n < 0 && e == EPIPE && !was_pending) {

@@ -19,10 +19,10 @@ struct iof_socket {
   bool read_first;
   bool speculative; /* read_first came from a full read, not readiness */
   bool spec_missed; /* the last speculative read found nothing */
-  ev_io w;      /* one watcher for the socket's life; only its mask moves */
-  int interest; /* EV_READ/EV_WRITE currently in w (0: stopped) */
-  iof_wait *rd; /* waiting readers, FIFO */
-  iof_wait *wr; /* waiting writers, FIFO */
+  ev_io w;          /* one watcher for the socket's life; only its mask moves */
+  int interest;     /* EV_READ/EV_WRITE currently in w (0: stopped) */
+  iof_wait *rd;     /* waiting readers, FIFO */
+  iof_wait *wr;     /* waiting writers, FIFO */
   iof_socket *next, *prev; /* io's list */
 };
 

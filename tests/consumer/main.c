@@ -17,13 +17,13 @@ static int fn(void *arg) {
   return 42;
 }
 
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      fprintf(stderr, "consumer: check failed: %s (line %d)\n", #cond, \
-              __LINE__);                                             \
-      return 1;                                                      \
-    }                                                                \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "consumer: check failed: %s (line %d)\n", #cond,         \
+              __LINE__);                                                       \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 int main(void) {
