@@ -288,14 +288,15 @@ static void read_done(iof_socket *s, bool full) {
   s->speculative = s->read_first;
 }
 
-ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
-  int r = byte_check(s, buf, len);
-  if (r != 0) return r > 0 ? 0 : r;
+/* The read path of read_some and readv (arguments already checked). */
+static ssize_t read_loop(iof_socket *s, const struct iovec *iov, int iovcnt,
+                         size_t total) {
   for (;;) {
     if (s->read_first) {
-      ssize_t n = read(s->fd, buf, len);
+      ssize_t n = iovcnt == 1 ? read(s->fd, iov[0].iov_base, iov[0].iov_len)
+                              : readv(s->fd, iov, iovcnt);
       if (n >= 0) {
-        read_done(s, (size_t)n == len);
+        read_done(s, (size_t)n == total);
         return n;
       }
       if (errno == EINTR) continue;
@@ -303,12 +304,19 @@ ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
       if (s->speculative) s->spec_missed = true;
     }
     s->read_first = false;
-    r = iof__socket_wait(s, EV_READ);
+    int r = iof__socket_wait(s, EV_READ);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
     s->read_first = true;
     s->speculative = false;
   }
+}
+
+ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
+  int r = byte_check(s, buf, len);
+  if (r != 0) return r > 0 ? 0 : r;
+  struct iovec v = {buf, len};
+  return read_loop(s, &v, 1, len);
 }
 
 ssize_t iof_readv(iof_socket *s, const struct iovec *iov, int iovcnt) {
@@ -320,24 +328,7 @@ ssize_t iof_readv(iof_socket *s, const struct iovec *iov, int iovcnt) {
   }
   int r = byte_check(s, iov, total);
   if (r != 0) return r > 0 ? 0 : r;
-  for (;;) {
-    if (s->read_first) {
-      ssize_t n = readv(s->fd, iov, iovcnt);
-      if (n >= 0) {
-        read_done(s, (size_t)n == total);
-        return n;
-      }
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
-      if (s->speculative) s->spec_missed = true;
-    }
-    s->read_first = false;
-    r = iof__socket_wait(s, EV_READ);
-    if (r < 0) return r;
-    if (s->closed) return -EBADF;
-    s->read_first = true;
-    s->speculative = false;
-  }
+  return read_loop(s, iov, iovcnt, total);
 }
 
 /* writev(2) on an adopted pipe or tty, which have no MSG_NOSIGNAL: a pipe

@@ -37,17 +37,22 @@ static bool refuse(const iof_strand *s, const iof_fiber *h) {
   return iof__refuse_after_shutdown(iof_executor_context(s->inner), h);
 }
 
+/* Takes the strand for h if it is idle (true), else queues h (false). */
+static bool acquire_or_queue(iof_strand *s, iof_fiber *h) {
+  pthread_mutex_lock(&s->lock);
+  bool idle = !s->busy;
+  if (idle)
+    s->busy = true;
+  else
+    iof__q_push(&s->q, h);
+  pthread_mutex_unlock(&s->lock);
+  return idle;
+}
+
 static int strand_post(const void *ex, iof_fiber *h) {
   iof_strand *s = (iof_strand *)ex;
   if (refuse(s, h)) return -ESHUTDOWN;
-  pthread_mutex_lock(&s->lock);
-  if (s->busy) {
-    iof__q_push(&s->q, h);
-    pthread_mutex_unlock(&s->lock);
-    return 0;
-  }
-  s->busy = true;
-  pthread_mutex_unlock(&s->lock);
+  if (!acquire_or_queue(s, h)) return 0;
   int r = hand_over(s, h);
   if (r < 0) {
     pthread_mutex_lock(&s->lock);
@@ -62,14 +67,7 @@ static int strand_dispatch(const void *ex, iof_fiber *h) {
   if (refuse(s, h)) return -ESHUTDOWN;
   if (!iof__thread_runs(iof_executor_context(s->inner)))
     return strand_post(ex, h);
-  pthread_mutex_lock(&s->lock);
-  if (s->busy) {
-    iof__q_push(&s->q, h);
-    pthread_mutex_unlock(&s->lock);
-    return 0;
-  }
-  s->busy = true;
-  pthread_mutex_unlock(&s->lock);
+  if (!acquire_or_queue(s, h)) return 0;
   h->strand = s;
   return 1;
 }
