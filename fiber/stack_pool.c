@@ -171,6 +171,21 @@ static void make_exit_key(void) {
   (void)pthread_key_create(&exit_key, thread_exit);
 }
 
+/* A slot whose pool was destroyed (by another thread: destroy clears only
+ * its own thread's slots), or -1. Its cache went with the pool. */
+static int stale_slot(void) {
+  int stale = -1;
+  pthread_mutex_lock(&registry_lock);
+  for (int i = 0; i < CACHE_SLOTS && stale < 0; i++) {
+    iof_stack_pool *q = registry;
+    while (q && q->id != slots[i].id) q = q->next_pool;
+    if (!q) stale = i;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  if (stale >= 0) slots[stale].id = 0, slots[stale].cache = NULL;
+  return stale;
+}
+
 static __attribute__((noinline)) pool_cache *find_cache(iof_stack_pool *p) {
   int found = -1, free_slot = -1;
   for (int i = 1; i < CACHE_SLOTS; i++) {
@@ -182,6 +197,7 @@ static __attribute__((noinline)) pool_cache *find_cache(iof_stack_pool *p) {
   if (found >= 0) {
     c = slots[found].cache;
   } else {
+    if (free_slot < 0) free_slot = stale_slot();
     if (free_slot < 0) return NULL; /* too many pools here: use the depot */
     c = calloc(1, sizeof *c);
     if (!c) return NULL;

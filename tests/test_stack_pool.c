@@ -505,6 +505,37 @@ static void test_thread_exit_flush(void **state) {
   assert_int_equal(iof_stack_pool_destroy(pool), 0);
 }
 
+/* A thread's cache slots of pools destroyed by another thread are taken
+ * back: after using four pools that main then destroys, the worker still
+ * gets a lock-free cache for a fifth, which its exit flushes (pages given
+ * back). Without that, its free would land in the depot's warm part and
+ * keep its pages. */
+static void test_stale_slots_reclaimed(void **state) {
+  (void)state;
+  iof_stack_pool_options o = {
+      .stack_size = K64, .thread_cache = 4, .depot_max = 8};
+  struct worker w;
+  worker_start(&w);
+  for (int i = 0; i < 4; i++) {
+    iof_stack_pool *old = iof_stack_pool_create(&o);
+    assert_non_null(old);
+    struct frames f = {.a = iof_stack_pool_allocator(old), .size = K64};
+    on(&w, alloc_range, &f, 0, 1);
+    on(&w, free_range, &f, 0, 1);
+    assert_int_equal(iof_stack_pool_destroy(old), 0);
+  }
+  iof_stack_pool *pool = iof_stack_pool_create(&o);
+  assert_non_null(pool);
+  struct frames f = {.a = iof_stack_pool_allocator(pool), .size = K64};
+  on(&w, alloc_range, &f, 0, 1);
+  on(&w, touch_all, &f, 0, 1);
+  void *orig = f.v[0];
+  on(&w, free_range, &f, 0, 1);
+  worker_stop(&w);
+  assert_true(resident_pages(orig, K64) <= 1);
+  assert_int_equal(iof_stack_pool_destroy(pool), 0);
+}
+
 /* More pools than a thread has cache slots: all still work and count
  * exactly (the extra ones go through the depot). */
 static void test_many_pools(void **state) {
@@ -771,6 +802,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cross_thread_free),
       cmocka_unit_test(test_thread_exit_flush),
       cmocka_unit_test(test_many_pools),
+      cmocka_unit_test(test_stale_slots_reclaimed),
       cmocka_unit_test(test_threads_stress),
       cmocka_unit_test(test_destroy_and_null),
       cmocka_unit_test(test_options),
