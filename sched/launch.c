@@ -231,8 +231,11 @@ static const iof_awaitable_vtbl hop_vtbl = {NULL, hop_suspend, hop_resume};
 int iof_yield(void) {
   iof_fiber *self = launched_self();
   if (!self) return -EPERM;
+  if (iof__env_stopping(self->env)) return -ECANCELED;
+  /* await_in directly, not iof_await: one frame fewer to return through
+   * after the switch (each return there is mispredicted). */
   hop hp = {self->env->executor, 0, 1};
-  return iof_await(&hp, &hop_vtbl);
+  return await_in(self, &hp, &hop_vtbl);
 }
 
 int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
