@@ -29,6 +29,8 @@ IOF_API iof_io_context *iof_io_context_attach(struct ev_loop *loop);
  * -EINVAL on NULL; -EBUSY if called while the context is running. */
 IOF_API int iof_io_context_destroy(iof_io_context *io);
 
+/* The context's executor (a ref into io; empty for NULL), its execution
+ * context (services, frame allocator; NULL for NULL) and its libev loop. */
 IOF_API iof_executor_ref iof_io_context_executor(iof_io_context *io);
 IOF_API iof_execution_context *iof_io_context_context(iof_io_context *io);
 IOF_API struct ev_loop *iof_io_context_loop(iof_io_context *io);
