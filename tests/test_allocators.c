@@ -34,35 +34,6 @@ static void ff(iof_frame_allocator *a, void *p, size_t size) {
   a->vtbl->deallocate(a, p, size);
 }
 
-/* The protection of the mapping holding addr: "rw-p", "---p", "" if none. */
-static void prot_of(const void *addr, char out[8]) {
-  out[0] = '\0';
-  FILE *f = fopen("/proc/self/maps", "r");
-  assert_non_null(f);
-  char line[512];
-  uintptr_t a = (uintptr_t)addr;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    char perms[8];
-    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
-    if (a >= lo && a < hi) {
-      snprintf(out, 8, "%s", perms);
-      break;
-    }
-  }
-  fclose(f);
-}
-
-static void assert_guarded(const void *base, size_t size) {
-  char p[8];
-  prot_of((const char *)base - 1, p);
-  assert_string_equal(p, "---p");
-  prot_of(base, p);
-  assert_string_equal(p, "rw-p");
-  prot_of((const char *)base + size - 1, p);
-  assert_string_equal(p, "rw-p");
-}
-
 static iof_tracking_stats tstats(iof_frame_allocator *a) {
   iof_tracking_stats s;
   memset(&s, 0xa5, sizeof s);

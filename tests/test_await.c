@@ -7,6 +7,7 @@
  *
  * IOF_TEST_THREADED: other threads post parked fibers; thread-pool hops. */
 #include "test_support.h"
+#include "check_test.h"
 
 #include <iofiber/iofiber.h>
 
@@ -21,41 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- failure recording: cmocka asserts longjmp, never from a fiber ----- */
-
-static atomic_int failures;
-
-static void fail_at(const char *file, int line, const char *expr) {
-  if (atomic_fetch_add(&failures, 1) < 20)
-    fprintf(stderr, "%s:%d: check failed: %s\n", file, line, expr);
-}
-
-#define CHECK(c)                                                               \
-  do {                                                                         \
-    if (!(c)) fail_at(__FILE__, __LINE__, #c);                                 \
-  } while (0)
-
-static int begin(void **state) {
-  (void)state;
-  atomic_store(&failures, 0);
-  alarm(120); /* a hang is a failure, not a stuck CI job */
-  return 0;
-}
-
-static int end(void **state) {
-  (void)state;
-  alarm(0);
-  return 0;
-}
-
-#define assert_no_failures() assert_int_equal(atomic_load(&failures), 0)
-
-/* pthread_self() is declared const: read it opaquely after a switch. */
-static __attribute__((noinline)) pthread_t self_thread(void) {
-  pthread_t t = pthread_self();
-  __asm__ volatile("" : : : "memory");
-  return t;
-}
+/* a hang is a failure, not a stuck CI job */
+IOF_TEST_CHECK_FIXTURES(begin, end, 120)
 
 static __attribute__((noinline)) uintptr_t stack_mark(void) {
   volatile char c = 0;
@@ -67,12 +35,6 @@ static __attribute__((noinline)) uintptr_t stack_mark(void) {
 static bool on_fiber_stack(const iof_fiber *f, uintptr_t p) {
   uintptr_t lo = (uintptr_t)f->base;
   return p >= lo && p < lo + f->frame_size;
-}
-
-static iof_io_context *new_io(void) {
-  iof_io_context *io = iof_io_context_create();
-  assert_non_null(io);
-  return io;
 }
 
 /* ---- 1. suspend first, suspend() on the resumer's stack ---------------- */

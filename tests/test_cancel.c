@@ -38,32 +38,8 @@
 #endif
 #endif
 
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char m[] = "test_cancel: watchdog: a test hung\n";
-  ssize_t w = write(2, m, sizeof m - 1);
-  (void)w;
-  _exit(124);
-}
-
-static int arm_watchdog(void **state) {
-  (void)state;
-  signal(SIGALRM, on_alarm);
-  alarm(60);
-  return 0;
-}
-
-static int disarm_watchdog(void **state) {
-  (void)state;
-  alarm(0);
-  return 0;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
+/* Per-test watchdog (support/test_support.h). */
+IOF_TEST_WATCHDOG(arm_watchdog, disarm_watchdog, 60)
 
 /* Bounded wait for *flag != 0 (about 10 s). */
 static bool wait_flag(atomic_int *flag) {

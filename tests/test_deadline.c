@@ -9,6 +9,7 @@
  *
  * IOF_TEST_THREADED */
 #include "test_support.h"
+#include "io_test.h"
 
 #include <iofiber/iofiber.h>
 
@@ -24,49 +25,8 @@
 
 #define MS 1000000LL
 
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char m[] = "test_deadline: watchdog: a test hung\n";
-  ssize_t w = write(2, m, sizeof m - 1);
-  (void)w;
-  _exit(124);
-}
-
-static int arm_watchdog(void **state) {
-  (void)state;
-  signal(SIGALRM, on_alarm);
-  alarm(30);
-  return 0;
-}
-
-static int disarm_watchdog(void **state) {
-  (void)state;
-  alarm(0);
-  return 0;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-static bool wait_flag(atomic_int *flag) {
-  for (int i = 0; i < 10000; i++) {
-    if (atomic_load(flag)) return true;
-    sleep_ms(1);
-  }
-  return false;
-}
-
-static void launch(iof_io_context *io, iof_fn fn, void *arg) {
-  assert_int_equal(iof_launch(iof_io_context_executor(io), fn, arg), 0);
-}
-
-static void run_all(iof_io_context *io) {
-  iof_io_context_restart(io);
-  assert_true(iof_io_context_run(io) >= 0);
-}
+/* Per-test watchdog (support/test_support.h). */
+IOF_TEST_WATCHDOG(arm_watchdog, disarm_watchdog, 30)
 
 /* ---- bodies run under a deadline --------------------------------------- */
 

@@ -8,6 +8,7 @@
  *
  * IOF_TEST_THREADED: thread-pool hops. */
 #include "test_support.h"
+#include "check_test.h"
 
 #include <iofiber/iofiber.h>
 
@@ -19,24 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- failure recording: cmocka asserts longjmp, never from a fiber ----- */
-
-static atomic_int failures;
-
-static void fail_at(const char *file, int line, const char *expr) {
-  if (atomic_fetch_add(&failures, 1) < 20)
-    fprintf(stderr, "%s:%d: check failed: %s\n", file, line, expr);
-}
-
-#define CHECK(c)                                                               \
-  do {                                                                         \
-    if (!(c)) fail_at(__FILE__, __LINE__, #c);                                 \
-  } while (0)
-
 static int begin(void **state) {
   (void)state;
-  atomic_store(&failures, 0);
-  alarm(120);
+  checks_begin(120);
   return 0;
 }
 
@@ -45,27 +31,6 @@ static int end(void **state) {
   alarm(0);
   iof_set_current_frame_allocator(NULL);
   return 0;
-}
-
-#define assert_no_failures() assert_int_equal(atomic_load(&failures), 0)
-
-static __attribute__((noinline)) pthread_t self_thread(void) {
-  pthread_t t = pthread_self();
-  __asm__ volatile("" : : : "memory");
-  return t;
-}
-
-static iof_io_context *new_io(void) {
-  iof_io_context *io = iof_io_context_create();
-  assert_non_null(io);
-  return io;
-}
-
-static iof_tracking_stats tstats(iof_frame_allocator *t) {
-  iof_tracking_stats s;
-  memset(&s, 0, sizeof s);
-  CHECK(iof_tracking_allocator_stats(t, &s) == 0);
-  return s;
 }
 
 /* An allocator object never used to allocate: a marker value. */

@@ -18,36 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char m[] = "test_io_context: watchdog: a test hung\n";
-  ssize_t w = write(2, m, sizeof m - 1);
-  (void)w;
-  _exit(124);
-}
-
-static int arm(void **state) {
-  (void)state;
-  signal(SIGALRM, on_alarm);
-  alarm(30);
-  return 0;
-}
-
-static int disarm(void **state) {
-  (void)state;
-  alarm(0);
-  return 0;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-static int64_t ms_since(uint64_t t0) {
-  return (int64_t)((iof_test_now_ns() - t0) / 1000000u);
-}
+/* Per-test watchdog (support/test_support.h). */
+IOF_TEST_WATCHDOG(arm, disarm, 30)
 
 /* Bounded wait for *flag != 0 (5 s). */
 static bool wait_flag(atomic_int *flag) {

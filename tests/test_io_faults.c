@@ -10,6 +10,7 @@
  *
  * IOF_TEST_THREADED */
 #include "test_support.h"
+#include "io_test.h"
 
 #include <iofiber/iofiber.h>
 
@@ -33,68 +34,19 @@
 
 #define MS 1000000LL
 
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char m[] = "test_io_faults: watchdog: a test hung\n";
-  ssize_t w = write(2, m, sizeof m - 1);
-  (void)w;
-  _exit(124);
-}
-
+/* cmocka setup: the shared watchdog, with SIGPIPE at its default. */
 static int arm_watchdog(void **state) {
   (void)state;
-  signal(SIGALRM, on_alarm);
   signal(SIGPIPE, SIG_DFL); /* a SIGPIPE would kill the program */
-  alarm(60);
+  iof_test_watchdog_arm(60);
   return 0;
 }
 
+/* cmocka teardown: cancels the watchdog. */
 static int disarm_watchdog(void **state) {
   (void)state;
   alarm(0);
   return 0;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-static bool wait_flag(atomic_int *flag) {
-  for (int i = 0; i < 10000; i++) {
-    if (atomic_load(flag)) return true;
-    sleep_ms(1);
-  }
-  return false;
-}
-
-static void launch(iof_io_context *io, iof_fn fn, void *arg) {
-  assert_int_equal(iof_launch(iof_io_context_executor(io), fn, arg), 0);
-}
-
-static void run_all(iof_io_context *io) {
-  iof_io_context_restart(io);
-  assert_true(iof_io_context_run(io) >= 0);
-}
-
-/* A connected TCP pair of raw fds over 127.0.0.1. */
-static void raw_tcp_pair(int fds[2]) {
-  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(l >= 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t al = sizeof a;
-  assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
-  assert_int_equal(listen(l, 1), 0);
-  fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fds[0] >= 0);
-  assert_int_equal(connect(fds[0], (struct sockaddr *)&a, sizeof a), 0);
-  fds[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-  assert_true(fds[1] >= 0);
-  close(l);
 }
 
 /* ---- closed and foreign descriptors ------------------------------------ */

@@ -13,6 +13,7 @@
  *
  * IOF_TEST_THREADED */
 #include "test_support.h"
+#include "io_test.h"
 
 #include <iofiber/iofiber.h>
 
@@ -109,27 +110,12 @@ static int disarm_watchdog(void **state) {
   return 0;
 }
 
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 static bool wait_count(atomic_int *v, int want) {
   for (int i = 0; i < 10000; i++) {
     if (atomic_load(v) == want) return true;
     sleep_ms(1);
   }
   return false;
-}
-
-static void launch(iof_io_context *io, iof_fn fn, void *arg) {
-  assert_int_equal(iof_launch(iof_io_context_executor(io), fn, arg), 0);
-}
-
-static void run_all(iof_io_context *io) {
-  iof_io_context_restart(io);
-  assert_true(iof_io_context_run(io) >= 0);
 }
 
 /* ---- resolving ------------------------------------------------------------

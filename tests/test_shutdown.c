@@ -22,32 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char m[] = "test_shutdown: watchdog: a test hung\n";
-  ssize_t w = write(2, m, sizeof m - 1);
-  (void)w;
-  _exit(124);
-}
-
-static int arm(void **state) {
-  (void)state;
-  signal(SIGALRM, on_alarm);
-  alarm(30);
-  return 0;
-}
-
-static int disarm(void **state) {
-  (void)state;
-  alarm(0);
-  return 0;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
+/* Per-test watchdog (support/test_support.h). */
+IOF_TEST_WATCHDOG(arm, disarm, 30)
 
 static bool wait_count(atomic_int *c, int want) {
   for (int i = 0; i < 10000; i++) {

@@ -57,36 +57,6 @@ static struct iof_stack_pool_stats stats(iof_stack_pool *p) {
     assert_int_equal(s_.mapped, s_.live + s_.cached);                          \
   } while (0)
 
-/* The protection of the mapping holding addr, from /proc/self/maps:
- * "rw-p", "---p"; "" if unmapped. */
-static void prot_of(const void *addr, char out[8]) {
-  out[0] = '\0';
-  FILE *f = fopen("/proc/self/maps", "r");
-  assert_non_null(f);
-  char line[512];
-  uintptr_t a = (uintptr_t)addr;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    char perms[8];
-    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
-    if (a >= lo && a < hi) {
-      snprintf(out, 8, "%s", perms);
-      break;
-    }
-  }
-  fclose(f);
-}
-
-static void assert_guarded(const void *base, size_t size) {
-  char p[8];
-  prot_of((const char *)base - 1, p);
-  assert_string_equal(p, "---p");
-  prot_of(base, p);
-  assert_string_equal(p, "rw-p");
-  prot_of((const char *)base + size - 1, p);
-  assert_string_equal(p, "rw-p");
-}
-
 /* ---- a worker thread that runs calls for the test, one at a time -------- */
 
 struct worker {

@@ -8,6 +8,7 @@
  *
  * IOF_TEST_THREADED: requests and registrations from several threads. */
 #include "test_support.h"
+#include "check_test.h"
 
 #include <iofiber/iofiber.h>
 
@@ -20,55 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- failure recording: cmocka asserts longjmp, never from a fiber ----- */
-
-static atomic_int failures;
-
-static void fail_at(const char *file, int line, const char *expr) {
-  if (atomic_fetch_add(&failures, 1) < 20)
-    fprintf(stderr, "%s:%d: check failed: %s\n", file, line, expr);
-}
-
-#define CHECK(c)                                                               \
-  do {                                                                         \
-    if (!(c)) fail_at(__FILE__, __LINE__, #c);                                 \
-  } while (0)
-
-static int begin(void **state) {
-  (void)state;
-  atomic_store(&failures, 0);
-  alarm(120);
-  return 0;
-}
-
-static int end(void **state) {
-  (void)state;
-  alarm(0);
-  return 0;
-}
-
-#define assert_no_failures() assert_int_equal(atomic_load(&failures), 0)
-
-static __attribute__((noinline)) pthread_t self_thread(void) {
-  pthread_t t = pthread_self();
-  __asm__ volatile("" : : : "memory");
-  return t;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* Spins until *flag is nonzero; false after `ms` milliseconds. */
-static bool wait_flag(atomic_int *flag, long ms) {
-  uint64_t deadline = iof_test_now_ns() + (uint64_t)ms * 1000000u;
-  while (!atomic_load(flag)) {
-    if (iof_test_now_ns() > deadline) return false;
-    sched_yield();
-  }
-  return true;
-}
+IOF_TEST_CHECK_FIXTURES(begin, end, 120)
 
 /* A callback record: how often it ran, and where. */
 struct hit {
@@ -277,7 +230,7 @@ stop_unregister_waits_for_callback_running_on_other_thread(void **state) {
   struct other o = {.src = &src};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, request_thread, &o), 0);
-  assert_true(wait_flag(&s.started, 10000));
+  assert_true(wait_flag_ms(&s.started, 10000));
   iof_stop_callback_unregister(&cb);
   /* Returned only once the callback had finished (it sleeps 50 ms). */
   assert_int_equal(atomic_load(&s.finished), 1);
@@ -505,7 +458,7 @@ static int held_fn(void *arg) {
   const iof_env *env = iof_env_current();
   CHECK(env->stop_token.state == c->tok.state);
   atomic_store(&c->started, 1);
-  if (!wait_flag(&c->may_go, 10000)) CHECK(!"never released");
+  if (!wait_flag_ms(&c->may_go, 10000)) CHECK(!"never released");
   /* The source is gone by now; the chain's reference keeps the state. */
   CHECK(iof_stop_requested(env->stop_token) == c->expect_requested);
   CHECK(iof_stop_possible(env->stop_token) == c->expect_requested);
@@ -555,7 +508,7 @@ static void stop_launch_holds_token_reference_for_chain_life(void **state) {
     iof_launch_opts o = {.stop_token = c.tok};
     assert_int_equal(
         iof_run_async(iof_thread_pool_executor(p), &o, held_fn, &c), 0);
-    assert_true(wait_flag(&c.started, 10000));
+    assert_true(wait_flag_ms(&c.started, 10000));
     if (requested) assert_true(iof_stop_source_request(&src));
     iof_stop_source_destroy(&src);
     atomic_store(&c.may_go, 1);

@@ -8,6 +8,7 @@
  *
  * IOF_TEST_THREADED: a 4-thread pool under the strand, poster threads. */
 #include "test_support.h"
+#include "check_test.h"
 
 #include <iofiber/iofiber.h>
 
@@ -20,50 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- failure recording: cmocka asserts longjmp, never from a fiber ----- */
-
-static atomic_int failures;
-
-static void fail_at(const char *file, int line, const char *expr) {
-  if (atomic_fetch_add(&failures, 1) < 20)
-    fprintf(stderr, "%s:%d: check failed: %s\n", file, line, expr);
-}
-
-#define CHECK(c)                                                               \
-  do {                                                                         \
-    if (!(c)) fail_at(__FILE__, __LINE__, #c);                                 \
-  } while (0)
-
-static int begin(void **state) {
-  (void)state;
-  atomic_store(&failures, 0);
-  alarm(240);
-  return 0;
-}
-
-static int end(void **state) {
-  (void)state;
-  alarm(0);
-  return 0;
-}
-
-#define assert_no_failures() assert_int_equal(atomic_load(&failures), 0)
-
-static __attribute__((noinline)) pthread_t self_thread(void) {
-  pthread_t t = pthread_self();
-  __asm__ volatile("" : : : "memory");
-  return t;
-}
-
-/* Spins (yielding the CPU) until *flag is nonzero; false after `ms`. */
-static bool wait_flag(atomic_int *flag, long ms) {
-  uint64_t deadline = iof_test_now_ns() + (uint64_t)ms * 1000000u;
-  while (!atomic_load(flag)) {
-    if (iof_test_now_ns() > deadline) return false;
-    sched_yield();
-  }
-  return true;
-}
+IOF_TEST_CHECK_FIXTURES(begin, end, 240)
 
 /* Runs what is ready until nothing more runs (bounded). */
 static void drain(iof_io_context *io) {
@@ -195,7 +153,7 @@ struct rv_arg {
 static int rv_fn(void *p) {
   struct rv_arg *a = p;
   atomic_store(&a->rv->flag[a->me], 1);
-  if (wait_flag(&a->rv->flag[1 - a->me], a->wait_ms))
+  if (wait_flag_ms(&a->rv->flag[1 - a->me], a->wait_ms))
     atomic_store(&a->rv->met[a->me], 1);
   return 0;
 }
@@ -421,7 +379,7 @@ static int away_fn(void *arg) {
   (void)arg;
   CHECK(!iof_strand_running_in_this_thread(rel.s));
   /* B can only run if A's hop released the strand. */
-  rel.a_saw_b = wait_flag(&rel.b_ran, 10000);
+  rel.a_saw_b = wait_flag_ms(&rel.b_ran, 10000);
   return 0;
 }
 

@@ -3,6 +3,7 @@
  * that waits for its datagram, IPv6 loopback; a Unix socket round trip,
  * listen replacing a stale socket file, and bad paths and socket kinds. */
 #include "test_support.h"
+#include "io_test.h"
 
 #include <iofiber/iofiber.h>
 
@@ -20,35 +21,8 @@
 
 #define MS 1000000LL
 
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char m[] = "test_udp_unix: watchdog: a test hung\n";
-  ssize_t w = write(2, m, sizeof m - 1);
-  (void)w;
-  _exit(124);
-}
-
-static int arm_watchdog(void **state) {
-  (void)state;
-  signal(SIGALRM, on_alarm);
-  alarm(60);
-  return 0;
-}
-
-static int disarm_watchdog(void **state) {
-  (void)state;
-  alarm(0);
-  return 0;
-}
-
-static void launch(iof_io_context *io, iof_fn fn, void *arg) {
-  assert_int_equal(iof_launch(iof_io_context_executor(io), fn, arg), 0);
-}
-
-static void run_all(iof_io_context *io) {
-  iof_io_context_restart(io);
-  assert_true(iof_io_context_run(io) >= 0);
-}
+/* Per-test watchdog (support/test_support.h). */
+IOF_TEST_WATCHDOG(arm_watchdog, disarm_watchdog, 60)
 
 static unsigned char pattern(unsigned id, size_t i) {
   return (unsigned char)((i * 29u + id * 11u) & 0xff);

@@ -32,31 +32,18 @@
 
 /* ---- watchdog ----------------------------------------------------------- */
 
-static void sync_test_on_alarm(int sig) {
-  (void)sig;
-  static const char m[] = "sync test: watchdog: a test hung\n";
-  ssize_t w = write(2, m, sizeof m - 1);
-  (void)w;
-  _exit(124);
-}
-
+/* cmocka setup: arms the shared watchdog (longer under TSan). */
 static inline int sync_test_arm(void **state) {
   (void)state;
-  signal(SIGALRM, sync_test_on_alarm);
-  alarm(SYNC_TSAN ? 240 : 60);
+  iof_test_watchdog_arm(SYNC_TSAN ? 240 : 60);
   return 0;
 }
 
+/* cmocka teardown: cancels the watchdog. */
 static inline int sync_test_disarm(void **state) {
   (void)state;
   alarm(0);
   return 0;
-}
-
-static inline void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
 }
 
 /* ---- runners ------------------------------------------------------------ */

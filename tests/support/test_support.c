@@ -1,6 +1,9 @@
 #include "test_support.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,4 +27,67 @@ size_t iof_test_rss_bytes(void) {
     fclose(f);
   }
   return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+int64_t ms_since(uint64_t t0) {
+  return (int64_t)((iof_test_now_ns() - t0) / 1000000u);
+}
+
+void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* The watchdog's message, built before the alarm so the handler only
+ * calls async-signal-safe functions. */
+static char watchdog_msg[256];
+static size_t watchdog_len;
+
+static void watchdog_on_alarm(int sig) {
+  (void)sig;
+  ssize_t w = write(2, watchdog_msg, watchdog_len);
+  (void)w;
+  _exit(124);
+}
+
+void iof_test_watchdog_arm(unsigned seconds) {
+  if (watchdog_len == 0) {
+    int n =
+        snprintf(watchdog_msg, sizeof watchdog_msg,
+                 "%s: watchdog: a test hung\n", program_invocation_short_name);
+    watchdog_len = n > 0 && (size_t)n < sizeof watchdog_msg
+                       ? (size_t)n
+                       : strlen(watchdog_msg);
+  }
+  signal(SIGALRM, watchdog_on_alarm);
+  alarm(seconds);
+}
+
+void prot_of(const void *addr, char out[8]) {
+  out[0] = '\0';
+  FILE *f = fopen("/proc/self/maps", "r");
+  assert_non_null(f);
+  char line[512];
+  uintptr_t a = (uintptr_t)addr;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
+    if (a >= lo && a < hi) {
+      snprintf(out, 8, "%s", perms);
+      break;
+    }
+  }
+  fclose(f);
+}
+
+void assert_guarded(const void *base, size_t size) {
+  char p[8];
+  prot_of((const char *)base - 1, p);
+  assert_string_equal(p, "---p");
+  prot_of(base, p);
+  assert_string_equal(p, "rw-p");
+  prot_of((const char *)base + size - 1, p);
+  assert_string_equal(p, "rw-p");
 }
