@@ -96,7 +96,4 @@ IOF_HIDDEN void iof__io_leave(iof_io_context *io, bool hopped);
 /* Closes and frees every socket still open on io (its destroy). */
 IOF_HIDDEN void iof__io_close_all(iof_io_context *io);
 
-/* Monotonic clock in nanoseconds. */
-IOF_HIDDEN int64_t iof__now_ns(void);
-
 #endif

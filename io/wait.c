@@ -12,12 +12,6 @@
 #include <errno.h>
 #include <time.h>
 
-int64_t iof__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void reg_add(iof_io_context *io, iof_wait *w) {
   w->reg_prev = NULL;
   w->reg_next = io->armed;
@@ -146,7 +140,7 @@ static void go_home(iof_io_context *io) {
   if (iof_executor_equal(self->env->executor, iof_io_context_executor(io)))
     return;
   hop hp = {io};
-  iof__await_nocheck(&hp, &to_home_vtbl);
+  iof__await_always(&hp, &to_home_vtbl);
 }
 
 int iof__wait(iof_wait *w) {
@@ -188,7 +182,7 @@ int iof__io_enter(iof_io_context *io, bool *hopped) {
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return atomic_load(&io->running) ? -EPERM : 0;
   hop hp = {io};
-  int r = iof__await_nocheck(&hp, &to_io_vtbl);
+  int r = iof__await_always(&hp, &to_io_vtbl);
   if (r < 0) return r;
   *hopped = true;
   return 0;

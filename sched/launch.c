@@ -173,27 +173,23 @@ static int await_in(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt) {
   return vt->resume ? vt->resume(aw) : 0;
 }
 
-int iof__await_nocheck(void *aw, const iof_awaitable_vtbl *vt) {
+/* iof_await and iof__await_always: the same but for the shutdown refusal. */
+static int await_checked(void *aw, const iof_awaitable_vtbl *vt,
+                         bool refuse_on_shutdown) {
   iof_fiber *self = launched_self();
   if (!self) return -EPERM;
+  if (!aw || !vt || !vt->suspend) return -EINVAL;
+  if (vt->ready && vt->ready(aw)) return vt->resume ? vt->resume(aw) : 0;
+  if (refuse_on_shutdown && iof__env_stopping(self->env)) return -ECANCELED;
   return await_in(self, aw, vt);
 }
 
 int iof_await(void *aw, const iof_awaitable_vtbl *vt) {
-  iof_fiber *self = launched_self();
-  if (!self) return -EPERM;
-  if (!aw || !vt || !vt->suspend) return -EINVAL;
-  if (vt->ready && vt->ready(aw)) return vt->resume ? vt->resume(aw) : 0;
-  if (iof__env_stopping(self->env)) return -ECANCELED;
-  return await_in(self, aw, vt);
+  return await_checked(aw, vt, true);
 }
 
 int iof__await_always(void *aw, const iof_awaitable_vtbl *vt) {
-  iof_fiber *self = launched_self();
-  if (!self) return -EPERM;
-  if (!aw || !vt || !vt->suspend) return -EINVAL;
-  if (vt->ready && vt->ready(aw)) return vt->resume ? vt->resume(aw) : 0;
-  return await_in(self, aw, vt);
+  return await_checked(aw, vt, false);
 }
 
 /* ---- yield and hops --------------------------------------------------- */

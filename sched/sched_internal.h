@@ -36,7 +36,8 @@ IOF_HIDDEN int iof__run_async_ex(iof_executor_ref ex,
 
 /* iof_await without the shutdown refusal: for waits that must complete
  * even while the context shuts down (a parent awaiting its children, a
- * condition wait re-acquiring its mutex), whose wake is guaranteed. */
+ * condition wait re-acquiring its mutex, the runtime's own hops back to a
+ * fiber's executor), whose wake is guaranteed. */
 IOF_HIDDEN int iof__await_always(void *aw, const iof_awaitable_vtbl *vt);
 
 /* A run loop marks the thread as running a context while it resumes
@@ -67,9 +68,8 @@ IOF_HIDDEN bool iof__chain_cancel(iof_fiber *f);
 /* Releases the strand held by f (the switch-out hook of strands). */
 IOF_HIDDEN void iof__strand_release(iof_fiber *f);
 
-/* iof_await without the shutdown check, for the runtime's own hops (a
- * fiber must always be able to get back to its executor). */
-IOF_HIDDEN int iof__await_nocheck(void *aw, const iof_awaitable_vtbl *vt);
+/* CLOCK_MONOTONIC in nanoseconds (deadlines of sched/ and io/). */
+IOF_HIDDEN int64_t iof__now_ns(void);
 
 /* The fiber's context is shutting down (await refuses to start). */
 IOF_HIDDEN bool iof__env_stopping(const iof_env *env);

@@ -33,7 +33,7 @@
 
 #include <iofiber/env.h>
 
-#include "fiber/fiber_internal.h"
+#include "sched/sched_internal.h" /* iof__now_ns */
 
 #define IOF__TIMER_IMPL 128
 
@@ -63,8 +63,5 @@ IOF_HIDDEN int iof__timer_arm(iof__timer *t, const iof_env *env,
 
 /* Disarms a timer that iof__timer_arm armed (see cancel above). */
 IOF_HIDDEN void iof__timer_cancel(iof__timer *t);
-
-/* CLOCK_MONOTONIC in nanoseconds. */
-IOF_HIDDEN int64_t iof__sync_now_ns(void);
 
 #endif

@@ -42,7 +42,7 @@ static void *timer_main(void *arg) {
       pthread_cond_wait(&wake, &lock);
       continue;
     }
-    int64_t now = iof__sync_now_ns();
+    int64_t now = iof__now_ns();
     if (head->deadline > now) {
       struct timespec ts = {(time_t)(head->deadline / 1000000000),
                             (long)(head->deadline % 1000000000)};

@@ -10,14 +10,14 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-int64_t iof__sync_now_ns(void) {
+int64_t iof__now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int64_t iof_deadline_after(int64_t ns) {
-  int64_t now = iof__sync_now_ns();
+  int64_t now = iof__now_ns();
   if (ns < 0) ns = 0;
   return ns > INT64_MAX - now ? INT64_MAX : now + ns;
 }
@@ -33,8 +33,7 @@ static __thread uint32_t tls_rand __attribute__((tls_model("initial-exec")));
 
 __attribute__((noinline)) uint32_t iof__sync_random(void) {
   uint32_t x = tls_rand;
-  if (!x)
-    x = (uint32_t)(uintptr_t)&tls_rand ^ (uint32_t)iof__sync_now_ns() ^ 1u;
+  if (!x) x = (uint32_t)(uintptr_t)&tls_rand ^ (uint32_t)iof__now_ns() ^ 1u;
   x ^= x << 13;
   x ^= x >> 17;
   x ^= x << 5;
@@ -267,7 +266,7 @@ static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
   w->timer_armed = false;
   w->reg_svc = NULL;
   if (deadline_ns >= 0) {
-    if (iof__sync_now_ns() >= deadline_ns) return -ETIMEDOUT;
+    if (iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
     if (!iof__timer_provider_get()) return -ENOTSUP;
   }
   if (cancellable && !reg_add(w, self, env)) return -ECANCELED;
