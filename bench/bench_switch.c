@@ -7,55 +7,12 @@
  *                         switch plus the runtime's bookkeeping
  *                         (target: <= 1.5x raw_jump) */
 #include "bench.h"
+#include "bench_util.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-#include "fiber/fcontext.h"
 #include <iofiber/fiber.h>
-
-#define RAW_STACK_SIZE ((size_t)64 * 1024)
-
-/* ---- raw_jump ---------------------------------------------------------- */
-
-typedef struct raw_state {
-  void *stack;
-  iof_fctx ctx; /* where the bare context waits to be jumped to */
-} raw_state;
-
-/* Never returns (returning from an fcontext entry exits the thread): it
- * bounces every jump straight back and is abandoned when the case ends. */
-static void raw_entry(iof_transfer t) {
-  for (;;) t = jump_fcontext(t.fctx, NULL);
-}
-
-static int raw_setup(void *arg) {
-  raw_state *st = arg;
-  st->stack = malloc(RAW_STACK_SIZE);
-  if (!st->stack) return -ENOMEM;
-  /* fcontext stacks grow down: pass the top. */
-  st->ctx = make_fcontext((char *)st->stack + RAW_STACK_SIZE, RAW_STACK_SIZE,
-                          raw_entry);
-  /* Enter once so the timed loop measures steady-state round trips only. */
-  st->ctx = jump_fcontext(st->ctx, NULL).fctx;
-  return 0;
-}
-
-static int raw_body(void *arg, uint64_t iters) {
-  raw_state *st = arg;
-  iof_fctx ctx = st->ctx;
-  for (uint64_t i = 0; i < iters; i++) ctx = jump_fcontext(ctx, NULL).fctx;
-  st->ctx = ctx;
-  return 0;
-}
-
-static void raw_teardown(void *arg) {
-  raw_state *st = arg;
-  /* The context is parked inside jump_fcontext and never resumed again,
-   * so its stack can go. */
-  free(st->stack);
-  st->stack = NULL;
-}
 
 /* ---- fiber_resume_suspend ---------------------------------------------- */
 
@@ -104,15 +61,10 @@ static void fiber_teardown(void *arg) {
 }
 
 int bench_suite_switch(bench_ctx *ctx) {
-  raw_state raw = {0};
+  bench_raw raw = {0};
   fiber_state fib = {0};
   const bench_case cases[] = {
-      {.name = "raw_jump",
-       .unit = "ns/roundtrip",
-       .arg = &raw,
-       .setup = raw_setup,
-       .body = raw_body,
-       .teardown = raw_teardown},
+      bench_raw_jump_case("raw_jump", &raw),
       {.name = "fiber_resume_suspend",
        .unit = "ns/roundtrip",
        .baseline = "raw_jump",

@@ -23,50 +23,13 @@
  *
  * The fiber cases run on a one-thread iof_thread_pool (see below). */
 #include "bench.h"
+#include "bench_util.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "fiber/fcontext.h"
 #include <iofiber/iofiber.h>
-
-/* ---- raw_jump (the same measurement as switch/raw_jump) ----------------- */
-
-#define RAW_STACK_SIZE ((size_t)64 * 1024)
-
-typedef struct raw_state {
-  void *stack;
-  iof_fctx ctx;
-} raw_state;
-
-static void raw_entry(iof_transfer t) {
-  for (;;) t = jump_fcontext(t.fctx, NULL);
-}
-
-static int raw_setup(void *arg) {
-  raw_state *st = arg;
-  st->stack = malloc(RAW_STACK_SIZE);
-  if (!st->stack) return -ENOMEM;
-  st->ctx = make_fcontext((char *)st->stack + RAW_STACK_SIZE, RAW_STACK_SIZE,
-                          raw_entry);
-  st->ctx = jump_fcontext(st->ctx, NULL).fctx;
-  return 0;
-}
-
-static int raw_body(void *arg, uint64_t iters) {
-  raw_state *st = arg;
-  iof_fctx ctx = st->ctx;
-  for (uint64_t i = 0; i < iters; i++) ctx = jump_fcontext(ctx, NULL).fctx;
-  st->ctx = ctx;
-  return 0;
-}
-
-static void raw_teardown(void *arg) {
-  raw_state *st = arg;
-  free(st->stack);
-  st->stack = NULL;
-}
 
 /* ---- pthread_mutex ---------------------------------------------------- */
 
@@ -320,16 +283,11 @@ static int when_all_body(void *arg, uint64_t iters) {
 }
 
 int bench_suite_sync(bench_ctx *ctx) {
-  raw_state raw = {0};
+  bench_raw raw = {0};
   fib_state fib = {0};
   for (int i = 0; i < GROUP; i++) group_fns[i] = trivial_fn;
   const bench_case cases[] = {
-      {.name = "raw_jump",
-       .unit = "ns/roundtrip",
-       .arg = &raw,
-       .setup = raw_setup,
-       .body = raw_body,
-       .teardown = raw_teardown},
+      bench_raw_jump_case("raw_jump", &raw),
       {.name = "pthread_mutex", .unit = "ns/lock+unlock", .body = pmutex_body},
       {.name = "yield_pingpong",
        .unit = "ns/switch",

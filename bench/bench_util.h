@@ -1,4 +1,4 @@
-/* Helpers shared by the scheduler suites (post, strand, pool, launch):
+/* Helpers shared by the suites (switch, sync, post, strand, pool, launch):
  * the raw-switch baseline, and running groups of fibers on an io_context
  * from the benchmark's main thread. Not a suite: nothing here is listed in
  * suites.h. */
