@@ -147,10 +147,6 @@ static inline bool iof__wq_has_waiter(iof__waitq *q) {
  * then set and the caller must not enqueue. */
 IOF_HIDDEN bool iof__wait_publish(iof__wait *w);
 
-/* From an awaitable's suspend that completed at once: the fiber to switch
- * to (h when inline is safe) or NULL (h was queued on its executor). */
-IOF_HIDDEN iof_fiber *iof__resume_via(const iof_env *env, iof_fiber *h);
-
 /* Wakes a claimed waiter: posts the fiber to its executor, or unparks the
  * thread. The node and record may be gone once this returns. */
 IOF_HIDDEN void iof__wait_wake(iof__wait *w);

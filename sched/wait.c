@@ -70,18 +70,6 @@ void iof__timer_cancel(iof__timer *t) {
   if (p && p->cancel) p->cancel(t);
 }
 
-/* Completed inside suspend: h goes back through its executor's dispatch
- * (inline when that is safe, e.g. not when h left a strand that another
- * fiber took meanwhile), never by returning h blindly: await released h's
- * strand before calling suspend. */
-iof_fiber *iof__resume_via(const iof_env *env, iof_fiber *h) {
-  errno = 0; /* dispatch leaves errno alone when it queued h */
-  iof_fiber *f = iof_executor_dispatch(env->executor, h);
-  if (f) return f;
-  if (errno == ESHUTDOWN || errno == EINVAL) return h; /* not taken */
-  return NULL;                                         /* queued */
-}
-
 /* ---- claims and wakes ------------------------------------------------- */
 
 bool iof__wait_publish(iof__wait *w) {
@@ -252,8 +240,9 @@ static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
   a->ran = true;
   w->fiber = h;
   w->ex = env->executor;
-  if (a->begin(a->op, w)) return NULL;
-  return iof__resume_via(env, h);
+  /* Completed at once: resume h now (await_hook sends it back through
+   * its executor if it left a strand). */
+  return a->begin(a->op, w) ? NULL : h;
 }
 
 static const iof_awaitable_vtbl wait_vtbl = {NULL, wait_suspend, NULL};

@@ -83,7 +83,7 @@ static iof_fiber *join_suspend(void *self, iof_fiber *h, const iof_env *env) {
   /* The parent's own arrival: if the children are all gone already,
    * resume at once. */
   if (atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel) == 1)
-    return iof__resume_via(env, h);
+    return h; /* await_hook routes it through a strand it left */
   return NULL;
 }
 
