@@ -1,0 +1,147 @@
+/* libc's own entry points for every call the hook interposes. Not installed.
+ *
+ * compat/ implements "a POSIX call made from a fiber" on top of the real
+ * call, and the runtime's own locks and syscalls must never reach the hook
+ * (a fiber-aware pthread_mutex_lock inside the scheduler would suspend where
+ * suspending is illegal). Both therefore call through this table.
+ *
+ * Without the hook the table holds the ordinary symbols (so sanitizer
+ * interceptors still see every call); when libiofiber-hook is in the
+ * process (it exports iof_hook_version) the table is filled from libc.so.6
+ * itself, past any interposer. */
+#ifndef IOF_FIBER_LIBC_H
+#define IOF_FIBER_LIBC_H
+
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fiber/fiber_internal.h"
+
+/* X(return type, name, (parameters)): one row per interposed call. */
+#define IOF__LIBC_CALLS(X)                                                     \
+  X(int, socket, (int, int, int))                                              \
+  X(int, socketpair, (int, int, int, int[2]))                                  \
+  X(int, pipe, (int[2]))                                                       \
+  X(int, pipe2, (int[2], int))                                                 \
+  X(int, accept, (int, struct sockaddr *, socklen_t *))                        \
+  X(int, accept4, (int, struct sockaddr *, socklen_t *, int))                  \
+  X(int, connect, (int, const struct sockaddr *, socklen_t))                   \
+  X(ssize_t, read, (int, void *, size_t))                                      \
+  X(ssize_t, write, (int, const void *, size_t))                               \
+  X(ssize_t, readv, (int, const struct iovec *, int))                          \
+  X(ssize_t, writev, (int, const struct iovec *, int))                         \
+  X(ssize_t, recv, (int, void *, size_t, int))                                 \
+  X(ssize_t, send, (int, const void *, size_t, int))                           \
+  X(ssize_t, recvfrom,                                                         \
+    (int, void *, size_t, int, struct sockaddr *, socklen_t *))                \
+  X(ssize_t, sendto,                                                           \
+    (int, const void *, size_t, int, const struct sockaddr *, socklen_t))      \
+  X(ssize_t, recvmsg, (int, struct msghdr *, int))                             \
+  X(ssize_t, sendmsg, (int, const struct msghdr *, int))                       \
+  X(int, poll, (struct pollfd *, nfds_t, int))                                 \
+  X(int, ppoll,                                                                \
+    (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *))      \
+  X(int, select, (int, fd_set *, fd_set *, fd_set *, struct timeval *))        \
+  X(int, pselect,                                                              \
+    (int, fd_set *, fd_set *, fd_set *, const struct timespec *,               \
+     const sigset_t *))                                                        \
+  X(int, epoll_wait, (int, struct epoll_event *, int, int))                    \
+  X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *)) \
+  X(unsigned, sleep, (unsigned))                                               \
+  X(int, usleep, (useconds_t))                                                 \
+  X(int, nanosleep, (const struct timespec *, struct timespec *))              \
+  X(int, clock_nanosleep,                                                      \
+    (clockid_t, int, const struct timespec *, struct timespec *))              \
+  X(int, close, (int))                                                         \
+  X(int, dup, (int))                                                           \
+  X(int, dup2, (int, int))                                                     \
+  X(int, dup3, (int, int, int))                                                \
+  X(int, fcntl, (int, int, ...))                                               \
+  X(int, ioctl, (int, unsigned long, ...))                                     \
+  X(int, setsockopt, (int, int, int, const void *, socklen_t))                 \
+  X(int, getsockopt, (int, int, int, void *, socklen_t *))                     \
+  X(int, shutdown, (int, int))                                                 \
+  X(int, getaddrinfo,                                                          \
+    (const char *, const char *, const struct addrinfo *, struct addrinfo **)) \
+  X(void, freeaddrinfo, (struct addrinfo *))                                   \
+  X(struct hostent *, gethostbyname, (const char *))                           \
+  X(int, gethostbyname_r,                                                      \
+    (const char *, struct hostent *, char *, size_t, struct hostent **,        \
+     int *))                                                                   \
+  X(int, sched_yield, (void))                                                  \
+  X(pid_t, fork, (void))                                                       \
+  X(int, pthread_create,                                                       \
+    (pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))          \
+  X(int, pthread_join, (pthread_t, void **))                                   \
+  X(int, pthread_detach, (pthread_t))                                          \
+  X(pthread_t, pthread_self, (void))                                           \
+  X(int, pthread_equal, (pthread_t, pthread_t))                                \
+  X(void, pthread_exit, (void *))                                              \
+  X(int, pthread_once, (pthread_once_t *, void (*)(void)))                     \
+  X(int, pthread_mutex_init, (pthread_mutex_t *, const pthread_mutexattr_t *)) \
+  X(int, pthread_mutex_destroy, (pthread_mutex_t *))                           \
+  X(int, pthread_mutex_lock, (pthread_mutex_t *))                              \
+  X(int, pthread_mutex_trylock, (pthread_mutex_t *))                           \
+  X(int, pthread_mutex_timedlock,                                              \
+    (pthread_mutex_t *, const struct timespec *))                              \
+  X(int, pthread_mutex_unlock, (pthread_mutex_t *))                            \
+  X(int, pthread_cond_init, (pthread_cond_t *, const pthread_condattr_t *))    \
+  X(int, pthread_cond_destroy, (pthread_cond_t *))                             \
+  X(int, pthread_cond_wait, (pthread_cond_t *, pthread_mutex_t *))             \
+  X(int, pthread_cond_timedwait,                                               \
+    (pthread_cond_t *, pthread_mutex_t *, const struct timespec *))            \
+  X(int, pthread_cond_signal, (pthread_cond_t *))                              \
+  X(int, pthread_cond_broadcast, (pthread_cond_t *))                           \
+  X(int, pthread_rwlock_init,                                                  \
+    (pthread_rwlock_t *, const pthread_rwlockattr_t *))                        \
+  X(int, pthread_rwlock_destroy, (pthread_rwlock_t *))                         \
+  X(int, pthread_rwlock_rdlock, (pthread_rwlock_t *))                          \
+  X(int, pthread_rwlock_tryrdlock, (pthread_rwlock_t *))                       \
+  X(int, pthread_rwlock_timedrdlock,                                           \
+    (pthread_rwlock_t *, const struct timespec *))                             \
+  X(int, pthread_rwlock_wrlock, (pthread_rwlock_t *))                          \
+  X(int, pthread_rwlock_trywrlock, (pthread_rwlock_t *))                       \
+  X(int, pthread_rwlock_timedwrlock,                                           \
+    (pthread_rwlock_t *, const struct timespec *))                             \
+  X(int, pthread_rwlock_unlock, (pthread_rwlock_t *))                          \
+  X(int, pthread_key_create, (pthread_key_t *, void (*)(void *)))              \
+  X(int, pthread_key_delete, (pthread_key_t))                                  \
+  X(void *, pthread_getspecific, (pthread_key_t))                              \
+  X(int, pthread_setspecific, (pthread_key_t, const void *))                   \
+  X(int, sem_init, (sem_t *, int, unsigned))                                   \
+  X(int, sem_destroy, (sem_t *))                                               \
+  X(int, sem_wait, (sem_t *))                                                  \
+  X(int, sem_trywait, (sem_t *))                                               \
+  X(int, sem_timedwait, (sem_t *, const struct timespec *))                    \
+  X(int, sem_post, (sem_t *))                                                  \
+  X(int, sem_getvalue, (sem_t *, int *))
+
+#define IOF__LIBC_FIELD(ret, name, params) ret(*name) params;
+typedef struct iof__libc_fns {
+  IOF__LIBC_CALLS(IOF__LIBC_FIELD)
+} iof__libc_fns;
+#undef IOF__LIBC_FIELD
+
+/* Filled before main by a constructor (iof__libc_init is idempotent and may
+ * be called earlier). Call as iof__libc.read(fd, buf, n). */
+IOF_HIDDEN extern iof__libc_fns iof__libc;
+
+/* Fills the table; safe to call more than once and from any thread. */
+IOF_HIDDEN void iof__libc_init(void);
+
+/* True when libiofiber-hook is in the process (the table then bypasses it). */
+IOF_HIDDEN bool iof__libc_hooked(void);
+
+#endif
