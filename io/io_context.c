@@ -358,8 +358,13 @@ int iof_io_context_destroy(iof_io_context *io) {
     iof__drain_one(f);
   }
   iof__run_mark_pop(&mark);
+  /* As the thread pool: a chain still counted would be woken into freed
+   * memory; keep the context (shut down) for a later destroy. */
   long left = atomic_load(&io->work);
-  if (left > 0) iof__report_stuck("io_context", (size_t)left);
+  if (left > 0) {
+    iof__report_stuck("io_context", (size_t)left);
+    return -EBUSY;
+  }
   iof_execution_context_destroy(&io->ctx);
   if (!io->own_loop) {
     if (io->wake.data) ev_unref(io->loop);

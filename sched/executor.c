@@ -39,9 +39,9 @@ bool iof__refuse_after_shutdown(const iof_execution_context *ctx,
 
 void iof__report_stuck(const char *what, size_t n) {
   fprintf(stderr,
-          "iofiber: %s destroyed with %zu unit(s) of work outstanding "
+          "iofiber: %s destroy: %zu unit(s) of work outstanding "
           "(suspended fibers that never finished, or work guards); "
-          "their frames are leaked\n",
+          "-EBUSY, the context stays shut down until they end\n",
           what, n);
 }
 

@@ -74,11 +74,51 @@ static void ports_out_of_range_are_einval(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* ---- rule: a strand is never freed under a chain counted on it --------- */
+
+typedef struct sleeper {
+  atomic_int started, woke;
+  int slept;
+} sleeper;
+
+static int sleeper_fn(void *arg) {
+  sleeper *z = arg;
+  atomic_store(&z->started, 1);
+  z->slept = iof_sleep_for(50 * MS); /* holds no strand while asleep */
+  atomic_store(&z->woke, 1);
+  return 0;
+}
+
+static void strand_destroy_is_ebusy_under_a_sleeping_chain(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_strand *st = iof_strand_create(iof_io_context_executor(io));
+  assert_non_null(st);
+  sleeper z = {0};
+  assert_int_equal(iof_launch(iof_strand_executor(st), sleeper_fn, &z), 0);
+  assert_true(iof_io_context_poll(io) >= 1);
+  assert_int_equal(atomic_load(&z.started), 1);
+  assert_int_equal(atomic_load(&z.woke), 0);
+  assert_int_equal(iof_strand_destroy(st), -EBUSY);
+  /* A work guard on the strand counts too. */
+  run_all(io);
+  assert_int_equal(atomic_load(&z.woke), 1);
+  assert_int_equal(z.slept, 0);
+  iof_work_guard g;
+  assert_int_equal(iof_work_guard_init(&g, iof_strand_executor(st)), 0);
+  assert_int_equal(iof_strand_destroy(st), -EBUSY);
+  iof_work_guard_reset(&g);
+  assert_int_equal(iof_strand_destroy(st), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       T(ports_out_of_range_are_einval),
+      T(strand_destroy_is_ebusy_under_a_sleeping_chain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,7 +26,10 @@ IOF_API iof_io_context *iof_io_context_attach(struct ev_loop *loop);
 /* Shuts down (pending operations complete with -ECANCELED), runs the
  * remaining fibers to their end on this thread, frees never-started ones
  * (on_done gets -ECANCELED), destroys services and the owned loop.
- * -EINVAL on NULL; -EBUSY if called while the context is running. */
+ * -EINVAL on NULL; -EBUSY if called while the context is running, or (then
+ * reported on stderr, nothing freed, the context stays shut down) while
+ * work is still counted after the drain: a chain suspended on something
+ * outside the context, or a work guard. Call it again once they end. */
 IOF_API int iof_io_context_destroy(iof_io_context *io);
 
 /* The context's executor (a ref into io; empty for NULL), its execution
