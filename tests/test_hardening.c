@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MS 1000000LL
@@ -113,12 +114,98 @@ static void strand_destroy_is_ebusy_under_a_sleeping_chain(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* ---- rule: a second destroy is -EINVAL and never hands one stack to two
+ * fibers -------------------------------------------------------------- */
+
+static int nop_fn(void *arg) {
+  (void)arg;
+  return 7;
+}
+
+static void double_destroy_is_einval_and_stacks_stay_distinct(void **state) {
+  (void)state;
+  iof_stack_pool *pool = iof_stack_pool_create(NULL);
+  assert_non_null(pool);
+  iof_frame_allocator *a = iof_stack_pool_allocator(pool);
+  iof_fiber *f = iof_fiber_create(a, IOF_FIBER_STACK_DEFAULT, nop_fn, NULL);
+  assert_non_null(f);
+  assert_int_equal(iof_fiber_resume(f), 0);
+  assert_int_equal(iof_fiber_status(f), 7);
+  assert_int_equal(iof_fiber_destroy(f), 0);
+  assert_int_equal(iof_fiber_destroy(f), -EINVAL);
+  /* A never-started fiber too. */
+  iof_fiber *n = iof_fiber_create(a, IOF_FIBER_STACK_DEFAULT, nop_fn, NULL);
+  assert_non_null(n);
+  assert_int_equal(iof_fiber_destroy(n), 0);
+  assert_int_equal(iof_fiber_destroy(n), -EINVAL);
+  struct iof_stack_pool_stats st;
+  assert_int_equal(iof_stack_pool_stats(pool, &st), 0);
+  assert_int_equal(st.live, 0);
+  assert_int_equal(st.cached, 1); /* one stack, cached once */
+  iof_fiber *x = iof_fiber_create(a, IOF_FIBER_STACK_DEFAULT, nop_fn, NULL);
+  iof_fiber *y = iof_fiber_create(a, IOF_FIBER_STACK_DEFAULT, nop_fn, NULL);
+  assert_non_null(x);
+  assert_non_null(y);
+  assert_ptr_not_equal(x, y);
+  assert_int_equal(iof_fiber_resume(x), 0);
+  assert_int_equal(iof_fiber_resume(y), 0);
+  assert_int_equal(iof_fiber_destroy(x), 0);
+  assert_int_equal(iof_fiber_destroy(y), 0);
+  assert_int_equal(iof_stack_pool_destroy(pool), 0);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HARD_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HARD_ASAN 1
+#endif
+#endif
+
+/* Under ASan a cached frame is poisoned: resuming a destroyed fiber is
+ * reported, not silently run on a recycled stack. */
+static void asan_reports_use_of_destroyed_fiber(void **state) {
+  (void)state;
+#ifndef HARD_ASAN
+  skip();
+#else
+  int errp[2];
+  assert_int_equal(pipe(errp), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(errp[1], 2);
+    close(errp[0]);
+    iof_fiber *f = iof_fiber_create(NULL, IOF_FIBER_STACK_DEFAULT, nop_fn, 0);
+    if (!f || iof_fiber_resume(f) != 0 || iof_fiber_destroy(f) != 0) _exit(3);
+    iof_fiber_resume(f); /* reads the poisoned control block */
+    _exit(0);
+  }
+  close(errp[1]);
+  char buf[8192];
+  size_t len = 0;
+  ssize_t r;
+  while (len < sizeof buf - 1 &&
+         (r = read(errp[0], buf + len, sizeof buf - 1 - len)) > 0)
+    len += (size_t)r;
+  buf[len] = 0;
+  close(errp[0]);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_false(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  if (!strstr(buf, "use-after-poison")) fail_msg("no ASan report in:\n%s", buf);
+#endif
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       T(ports_out_of_range_are_einval),
       T(strand_destroy_is_ebusy_under_a_sleeping_chain),
+      T(double_destroy_is_einval_and_stacks_stay_distinct),
+      T(asan_reports_use_of_destroyed_fiber),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
