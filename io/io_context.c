@@ -267,6 +267,9 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
   iof_run_mark mark;
   iof__run_mark_push(&mark, &io->ctx);
   io->timed_out = false; /* a past run_for's expiry must not end this run */
+  /* Running out of work is no stop: a fiber launched since then is run
+   * now, never lost behind a stop nobody asked for. */
+  atomic_store(&io->idle_stopped, false);
   if (timeout_ns >= 0) {
     ev_now_update(io->loop);
     ev_timer_set(&io->deadline, (double)timeout_ns / 1e9, 0.);
@@ -277,7 +280,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
     ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : -1);
     if (max_fibers >= 0 && ran >= max_fibers) break;
     if (idle_now(io)) {
-      atomic_store(&io->stopped, true);
+      atomic_store(&io->idle_stopped, true);
       break;
     }
     if (!wait) {
@@ -322,11 +325,13 @@ void iof_io_context_stop(iof_io_context *io) {
 }
 
 bool iof_io_context_stopped(const iof_io_context *io) {
-  return io && atomic_load(&io->stopped);
+  return io && (atomic_load(&io->stopped) || atomic_load(&io->idle_stopped));
 }
 
 void iof_io_context_restart(iof_io_context *io) {
-  if (io) atomic_store(&io->stopped, false);
+  if (!io) return;
+  atomic_store(&io->stopped, false);
+  atomic_store(&io->idle_stopped, false);
 }
 
 int iof_io_context_destroy(iof_io_context *io) {

@@ -24,7 +24,9 @@ struct iof_io_context {
   iof_fiber_queue remote;
   atomic_bool remote_pending;
   atomic_long work;
-  atomic_bool stopped;
+  atomic_bool stopped;      /* iof_io_context_stop: holds until restart */
+  atomic_bool idle_stopped; /* the last run ran out of work: reported by
+                               stopped(), cleared by the next run */
   atomic_int running;
   bool timed_out;
   struct iof_socket *sockets; /* open sockets, closed at destroy */

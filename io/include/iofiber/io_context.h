@@ -39,7 +39,10 @@ IOF_API iof_execution_context *iof_io_context_context(iof_io_context *io);
 IOF_API struct ev_loop *iof_io_context_loop(iof_io_context *io);
 
 /* Runs fibers and the loop until no work is left or stop is called.
- * Returns how many fibers ran; -EBUSY if another thread runs it. */
+ * Returns how many fibers ran; -EBUSY if another thread runs it. Running
+ * out of work is not a stop: a fiber launched after run returned for that
+ * reason is run by the next run/run_one/poll/run_for, no restart needed
+ * (only an explicit iof_io_context_stop needs restart). */
 IOF_API int iof_io_context_run(iof_io_context *io);
 
 /* Runs at most one fiber, waiting for one if needed (or until no work is
@@ -52,8 +55,11 @@ IOF_API int iof_io_context_poll(iof_io_context *io);
 /* As run, for at most ns nanoseconds. */
 IOF_API int iof_io_context_run_for(iof_io_context *io, int64_t ns);
 
-/* Makes run/run_one/run_for return as soon as possible; from any thread.
- * The context stays stopped (run returns at once) until restart. */
+/* stop makes run/run_one/run_for return as soon as possible; from any
+ * thread. The context then stays stopped (run returns 0 at once, launches
+ * wait in the queue) until restart. stopped is true after stop, and also
+ * after a run returned because no work was left (until the next run or
+ * restart). restart clears both. */
 IOF_API void iof_io_context_stop(iof_io_context *io);
 IOF_API bool iof_io_context_stopped(const iof_io_context *io);
 IOF_API void iof_io_context_restart(iof_io_context *io);
