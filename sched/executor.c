@@ -52,7 +52,8 @@ iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h) {
   }
   int r = ex.vt->dispatch(ex.ex, h);
   if (r > 0) return h;
-  if (r < 0) errno = -r;
+  /* One report for NULL: errno 0 means queued, anything else refused. */
+  errno = r < 0 ? -r : 0;
   return NULL;
 }
 

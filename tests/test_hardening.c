@@ -198,6 +198,39 @@ static void asan_reports_use_of_destroyed_fiber(void **state) {
 #endif
 }
 
+/* ---- rule: iof_executor_dispatch's NULL is unambiguous (errno 0 queued,
+ * ESHUTDOWN refused), whatever errno held before ------------------------ */
+
+static int raw_fn(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
+static void dispatch_reports_queued_with_errno_zero(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  atomic_int ran = 0;
+  iof_fiber *h = iof_fiber_create(NULL, IOF_FIBER_STACK_DEFAULT, raw_fn, &ran);
+  assert_non_null(h);
+  errno = ESHUTDOWN; /* stale, from some earlier call */
+  /* Not on the loop's thread: queued. */
+  assert_null(iof_executor_dispatch(iof_io_context_executor(io), h));
+  assert_int_equal(errno, 0);
+  assert_int_equal(iof_io_context_poll(io), 1);
+  assert_int_equal(atomic_load(&ran), 1);
+  assert_int_equal(iof_fiber_destroy(h), 0);
+  /* Refused: a never-started fiber once the context shuts down. */
+  iof_fiber *g = iof_fiber_create(NULL, IOF_FIBER_STACK_DEFAULT, raw_fn, &ran);
+  assert_non_null(g);
+  iof_execution_context_shutdown(iof_io_context_context(io));
+  errno = 0;
+  assert_null(iof_executor_dispatch(iof_io_context_executor(io), g));
+  assert_int_equal(errno, ESHUTDOWN);
+  assert_int_equal(iof_fiber_destroy(g), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
 
 int main(void) {
@@ -206,6 +239,7 @@ int main(void) {
       T(strand_destroy_is_ebusy_under_a_sleeping_chain),
       T(double_destroy_is_einval_and_stacks_stay_distinct),
       T(asan_reports_use_of_destroyed_fiber),
+      T(dispatch_reports_queued_with_errno_zero),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,8 +53,9 @@ static inline bool iof_executor_empty(iof_executor_ref ex) {
 /* Returns h if the calling thread runs ex's context and h may run inline,
  * else queues h and returns NULL. The result is meant for a run loop or an
  * awaitable's suspend only: running code never resumes a fiber itself.
- * NULL with errno ESHUTDOWN (h not queued, the caller keeps it) or EINVAL
- * (empty ex, NULL h); errno is left alone when h was queued. */
+ * NULL means: errno 0, h was queued; errno ESHUTDOWN, h refused (not
+ * queued, the caller keeps it); errno EINVAL, empty ex or NULL h. errno is
+ * always set when NULL is returned, so no stale value can be misread. */
 IOF_API iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h);
 
 /* Queues h; never resumes it before returning; never blocks.
