@@ -153,7 +153,17 @@ IOF_API int iof_context_set_frame_allocator(iof_execution_context *ctx,
 
 /* ---- Work guard ------------------------------------------------------ */
 
-/* Keeps ex's context running (counts as work) until reset. */
+/* Keeps ex's context running (counts as work) until reset.
+ *
+ * When you need one: a fiber on another executor (a thread pool) that
+ * reads a socket in a loop counts as work on the socket's io_context only
+ * while a read is pending. Between two reads nothing is counted there, so
+ * that context's iof_io_context_run may return and the next read waits on
+ * a loop nobody runs. Hold a guard on the io_context for the whole loop:
+ *   iof_work_guard g;
+ *   iof_work_guard_init(&g, iof_io_context_executor(iof_socket_io_context(s)));
+ *   while ((n = iof_read_some(s, buf, len)) > 0) handle(buf, n);
+ *   iof_work_guard_reset(&g); */
 typedef struct iof_work_guard {
   iof_executor_ref ex;
 } iof_work_guard;
