@@ -194,6 +194,13 @@ static const iof_service_key io_service_key = {
     "iofiber.io", io_service_create, io_service_shutdown, io_service_destroy};
 
 static iof_io_context *make(struct ev_loop *loop, bool own) {
+  /* The async watcher may make libev create its pipe: a descriptor must
+   * be free (libev would abort otherwise), and memory for its arrays. */
+  int fe = iof__ev_fd_probe();
+  if (fe < 0 || iof__ev_mem_ok() < 0) {
+    errno = fe < 0 ? -fe : ENOMEM;
+    return NULL;
+  }
   iof_io_context *io = calloc(1, sizeof *io);
   if (!io || iof_execution_context_init(&io->ctx) != 0) {
     free(io);
@@ -212,6 +219,18 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
   pthread_mutex_init(&io->rlock, NULL);
   ev_async_init(&io->wake, wake_cb);
   ev_async_start(loop, &io->wake);
+  int se = iof__ev_syserr_take();
+  if (se) {
+    /* Another thread took the probed descriptor: libev got the reserved
+     * pair instead. An owned loop goes (closing its pipe); a host's loop
+     * keeps the pipe it now has. */
+    ev_async_stop(loop, &io->wake);
+    iof_execution_context_destroy(&io->ctx);
+    pthread_mutex_destroy(&io->rlock);
+    free(io);
+    errno = se == ENFILE ? ENFILE : EMFILE;
+    return NULL;
+  }
   ev_idle_init(&io->idle, idle_cb);
   ev_timer_init(&io->deadline, deadline_cb, 0., 0.);
   if (!own) {
@@ -225,9 +244,16 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
 }
 
 iof_io_context *iof_io_context_create(void) {
+  iof__ev_init();
+  if (iof__ev_mem_ok() < 0) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  errno = 0;
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
   if (!loop) {
-    errno = ENOMEM;
+    /* epoll_create's errno survives libev's cleanup. */
+    errno = errno == EMFILE || errno == ENFILE ? errno : ENOMEM;
     return NULL;
   }
   iof_io_context *io = make(loop, true);
@@ -240,6 +266,7 @@ iof_io_context *iof_io_context_attach(struct ev_loop *loop) {
     errno = EINVAL;
     return NULL;
   }
+  iof__ev_init();
   return make(loop, false);
 }
 
@@ -263,6 +290,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
                  int64_t timeout_ns) {
   if (!io) return -EINVAL;
   int expect = 0;
+  if (timeout_ns >= 0 && iof__ev_mem_ok() < 0) return -ENOMEM;
   if (!atomic_compare_exchange_strong(&io->running, &expect, 1)) return -EBUSY;
   iof_run_mark mark;
   iof__run_mark_push(&mark, &io->ctx);

@@ -14,13 +14,16 @@ extern "C" {
 struct ev_loop;
 typedef struct iof_io_context iof_io_context;
 
-/* A context with its own libev loop. NULL with errno ENOMEM or EMFILE. */
+/* A context with its own libev loop. NULL with errno ENOMEM, EMFILE or
+ * ENFILE (no descriptor for the loop or its wake-up eventfd); never aborts
+ * (libev's own failure paths are guarded, see docs/embedding.md). */
 IOF_API iof_io_context *iof_io_context_create(void);
 
 /* A context driven by a host program's existing loop: the host keeps
  * calling ev_run on it (from one thread); ready fibers run from loop
- * watchers. The loop must outlive the context. NULL with errno EINVAL or
- * ENOMEM. */
+ * watchers. The loop must outlive the context. NULL with errno EINVAL,
+ * ENOMEM, or EMFILE/ENFILE (the loop has no wake-up pipe yet and no
+ * descriptor is free for one). */
 IOF_API iof_io_context *iof_io_context_attach(struct ev_loop *loop);
 
 /* Shuts down (pending operations complete with -ECANCELED), runs the
