@@ -13,6 +13,9 @@
 #include <iofiber/iofiber.h>
 
 #include <errno.h>
+#include <ev.h>
+#include <fcntl.h>
+#include <sys/uio.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -231,6 +234,413 @@ static void dispatch_reports_queued_with_errno_zero(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* ---- socket paths ------------------------------------------------------- */
+
+/* An adopted TCP pair end on io and the raw peer. */
+static iof_socket *adopt_pair(iof_io_context *io, int *peer) {
+  int fds[2];
+  raw_tcp_pair(fds);
+  iof_socket *s = NULL;
+  assert_int_equal(iof_socket_adopt(io, fds[0], &s), 0);
+  *peer = fds[1];
+  return s;
+}
+
+/* Rule: an event nobody waits for drops the socket's libev interest, so
+ * unread data does not spin the loop (level-triggered epoll would report
+ * it on every iteration). Counted with an ev_check watcher. */
+typedef struct spin {
+  iof_socket *s;
+  int peer;
+  long checks_at_start, checks_at_end;
+  ssize_t first;
+} spin;
+
+static long checks;
+
+static void on_check(struct ev_loop *loop, ev_check *w, int revents) {
+  (void)loop;
+  (void)w;
+  (void)revents;
+  checks++;
+}
+
+static int spin_reader(void *arg) {
+  spin *z = arg;
+  char c;
+  z->first = iof_read_some(z->s, &c, 1); /* waits: interest EV_READ */
+  return 0;                              /* and never reads again */
+}
+
+static int spin_writer(void *arg) {
+  spin *z = arg;
+  iof_sleep_for(10 * MS);
+  if (write(z->peer, "a", 1) != 1) return -1;
+  iof_sleep_for(10 * MS); /* the reader took it and ended */
+  if (write(z->peer, "unread", 6) != 6) return -1;
+  z->checks_at_start = checks;
+  iof_sleep_for(200 * MS); /* the data sits there, nobody waits */
+  z->checks_at_end = checks;
+  return 0;
+}
+
+static void unwaited_event_drops_interest(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  spin z = {0};
+  z.s = adopt_pair(io, &z.peer);
+  ev_check chk;
+  ev_check_init(&chk, on_check);
+  ev_check_start(iof_io_context_loop(io), &chk);
+  ev_unref(iof_io_context_loop(io));
+  launch(io, spin_reader, &z);
+  launch(io, spin_writer, &z);
+  run_all(io);
+  ev_ref(iof_io_context_loop(io));
+  ev_check_stop(iof_io_context_loop(io), &chk);
+  assert_int_equal(z.first, 1);
+  long n = z.checks_at_end - z.checks_at_start;
+  if (n > 50)
+    fail_msg("loop spun %ld times in 200 ms on an event nobody waits for", n);
+  assert_int_equal(iof_socket_free(z.s), 0);
+  close(z.peer);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* Rule: iof_readv fills several iovecs in one call, and a zero-length first
+ * iovec is not end of stream. */
+typedef struct rv {
+  iof_socket *s;
+  int peer;
+  ssize_t n1, n2;
+  char a[4], b[4], c[4];
+} rv;
+
+static int readv_fn(void *arg) {
+  rv *r = arg;
+  struct iovec v[2] = {{r->a, 4}, {r->b, 4}};
+  r->n1 = iof_readv(r->s, v, 2);
+  struct iovec w[2] = {{r->a, 0}, {r->c, 4}};
+  r->n2 = iof_readv(r->s, w, 2);
+  return 0;
+}
+
+static void readv_fills_several_iovecs(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  rv r = {0};
+  r.s = adopt_pair(io, &r.peer);
+  assert_int_equal(write(r.peer, "abcdefgh", 8), 8);
+  sleep_ms(20); /* all 8 bytes are there before the first call */
+  launch(io, readv_fn, &r);
+  iof_io_context_poll(io);
+  assert_int_equal(write(r.peer, "wxyz", 4), 4);
+  run_all(io);
+  assert_int_equal(r.n1, 8);
+  assert_memory_equal(r.a, "abcd", 4);
+  assert_memory_equal(r.b, "efgh", 4);
+  assert_int_equal(r.n2, 4);
+  assert_memory_equal(r.c, "wxyz", 4);
+  assert_int_equal(iof_socket_free(r.s), 0);
+  close(r.peer);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* Rule: a read interrupted by a signal (EINTR) is retried, not returned.
+ * A real one: the adopted socket is switched back to blocking, so read(2)
+ * sleeps in the kernel, and a SIGUSR1 whose handler has no SA_RESTART
+ * interrupts it; the data comes after. */
+static atomic_int usr1_count;
+
+static void on_usr1(int sig) {
+  (void)sig;
+  atomic_fetch_add(&usr1_count, 1);
+}
+
+typedef struct intr {
+  iof_socket *s;
+  int peer;
+  pthread_t reader;
+  atomic_int in_read;
+  ssize_t n;
+  char buf[8];
+} intr;
+
+static int intr_fn(void *arg) {
+  intr *x = arg;
+  int fd = iof_socket_fd(x->s);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  atomic_store(&x->in_read, 1);
+  x->n = iof_read_some(x->s, x->buf, sizeof x->buf);
+  return 0;
+}
+
+static void *interrupter(void *arg) {
+  intr *x = arg;
+  while (!atomic_load(&x->in_read)) sleep_ms(1);
+  sleep_ms(50); /* inside read(2) by now */
+  pthread_kill(x->reader, SIGUSR1);
+  sleep_ms(50);
+  ssize_t w = write(x->peer, "data", 4);
+  (void)w;
+  return NULL;
+}
+
+static void read_retries_after_eintr(void **state) {
+  (void)state;
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1; /* no SA_RESTART: read(2) fails with EINTR */
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+  atomic_store(&usr1_count, 0);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  intr x = {0};
+  x.s = adopt_pair(io, &x.peer);
+  x.reader = pthread_self();
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, interrupter, &x), 0);
+  launch(io, intr_fn, &x);
+  run_all(io);
+  pthread_join(t, NULL);
+  sigaction(SIGUSR1, &old, NULL);
+  assert_int_equal(atomic_load(&usr1_count), 1);
+  assert_int_equal(x.n, 4); /* not -EINTR */
+  assert_memory_equal(x.buf, "data", 4);
+  assert_int_equal(iof_socket_free(x.s), 0);
+  close(x.peer);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* Rule: a stop already requested wins over ready data: -ECANCELED. */
+typedef struct stopped_read {
+  iof_socket *s;
+  ssize_t n;
+} stopped_read;
+
+static int stopped_read_fn(void *arg) {
+  stopped_read *r = arg;
+  char buf[8];
+  r->n = iof_read_some(r->s, buf, sizeof buf);
+  return 0;
+}
+
+static void read_with_stop_requested_is_ecanceled(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  int peer;
+  stopped_read r = {0};
+  r.s = adopt_pair(io, &peer);
+  assert_int_equal(write(peer, "ready", 5), 5);
+  sleep_ms(20);
+  iof_stop_source src;
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  iof_stop_source_request(&src);
+  iof_launch_opts o = {0};
+  o.stop_token = iof_stop_source_token(&src);
+  assert_int_equal(
+      iof_run_async(iof_io_context_executor(io), &o, stopped_read_fn, &r), 0);
+  run_all(io);
+  assert_int_equal(r.n, -ECANCELED);
+  char buf[8];
+  assert_int_equal(recv(iof_socket_fd(r.s), buf, sizeof buf, MSG_DONTWAIT),
+                   5); /* nothing was consumed */
+  iof_stop_source_destroy(&src);
+  assert_int_equal(iof_socket_free(r.s), 0);
+  close(peer);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* ---- strands, pools ----------------------------------------------------- */
+
+/* Rule: an await that completes at once, on a busy strand over a thread
+ * pool, resumes inside the strand (it released the strand on suspending;
+ * another fiber may hold it now). */
+static iof_fiber *at_once(void *self, iof_fiber *h, const iof_env *env) {
+  (void)self;
+  (void)env;
+  return h;
+}
+
+static const iof_awaitable_vtbl at_once_vt = {NULL, at_once, NULL};
+
+typedef struct strand_run {
+  iof_strand *st;
+  atomic_int inside, overlaps, outside, done;
+} strand_run;
+
+static int strand_worker(void *arg) {
+  strand_run *r = arg;
+  for (int i = 0; i < 200; i++) {
+    if (atomic_fetch_add(&r->inside, 1) != 0) atomic_fetch_add(&r->overlaps, 1);
+    for (volatile int k = 0; k < 200; k++) {
+    }
+    atomic_fetch_sub(&r->inside, 1);
+    iof_await(NULL, &at_once_vt);
+    if (!iof_strand_running_in_this_thread(r->st))
+      atomic_fetch_add(&r->outside, 1);
+  }
+  atomic_fetch_add(&r->done, 1);
+  return 0;
+}
+
+static void await_at_once_stays_in_strand(void **state) {
+  (void)state;
+  iof_thread_pool *p = iof_thread_pool_create(2);
+  assert_non_null(p);
+  strand_run r = {0};
+  r.st = iof_strand_create(iof_thread_pool_executor(p));
+  assert_non_null(r.st);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(iof_launch(iof_strand_executor(r.st), strand_worker, &r),
+                     0);
+  for (int i = 0; i < 10000 && atomic_load(&r.done) < 4; i++) sleep_ms(1);
+  assert_int_equal(atomic_load(&r.done), 4);
+  assert_int_equal(atomic_load(&r.outside), 0);
+  assert_int_equal(atomic_load(&r.overlaps), 0);
+  for (int i = 0; i < 1000 && iof_strand_destroy(r.st) == -EBUSY; i++)
+    sleep_ms(1); /* the last chains are still being freed */
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+}
+
+/* Rule: post never runs the fiber before it returns, even from a thread of
+ * the pool it posts to (one thread: nobody else could run it meanwhile). */
+typedef struct post_inline {
+  iof_thread_pool *p;
+  atomic_int ran, ran_before_return, done;
+  int post_r;
+} post_inline;
+
+static int posted_fn(void *arg) {
+  atomic_fetch_add(&((post_inline *)arg)->ran, 1);
+  return 0;
+}
+
+static iof_fiber *raw_posted;
+
+static int poster_fn(void *arg) {
+  post_inline *x = arg;
+  raw_posted =
+      iof_fiber_create(NULL, IOF_FIBER_STACK_DEFAULT, posted_fn, (void *)x);
+  if (!raw_posted) return -1;
+  x->post_r = iof_executor_post(iof_thread_pool_executor(x->p), raw_posted);
+  atomic_store(&x->ran_before_return, atomic_load(&x->ran));
+  iof_launch(iof_thread_pool_executor(x->p), posted_fn, x);
+  atomic_store(&x->ran_before_return,
+               atomic_load(&x->ran_before_return) + atomic_load(&x->ran));
+  atomic_store(&x->done, 1);
+  return 0;
+}
+
+static void post_from_pool_thread_never_inline(void **state) {
+  (void)state;
+  post_inline x = {0};
+  x.p = iof_thread_pool_create(1);
+  assert_non_null(x.p);
+  assert_int_equal(iof_launch(iof_thread_pool_executor(x.p), poster_fn, &x), 0);
+  for (int i = 0; i < 10000 && atomic_load(&x.ran) < 2; i++) sleep_ms(1);
+  assert_int_equal(atomic_load(&x.done), 1);
+  assert_int_equal(x.post_r, 0);
+  assert_int_equal(atomic_load(&x.ran_before_return), 0);
+  assert_int_equal(atomic_load(&x.ran), 2); /* both ran, later */
+  assert_int_equal(iof_thread_pool_destroy(x.p), 0);
+  assert_int_equal(iof_fiber_destroy(raw_posted), 0);
+}
+
+/* ---- channels, when_any -------------------------------------------------- */
+
+/* Rule: closing a channel wakes every blocked receiver with -EPIPE. */
+typedef struct closer {
+  iof_chan *ch;
+  int r[3];
+  atomic_int woke;
+} closer;
+
+static int receiver_fn(void *arg) {
+  closer *c = arg;
+  int v;
+  static atomic_int slot;
+  int me = atomic_fetch_add(&slot, 1) % 3;
+  c->r[me] = iof_chan_recv(c->ch, &v);
+  atomic_fetch_add(&c->woke, 1);
+  return 0;
+}
+
+static int close_fn(void *arg) {
+  closer *c = arg;
+  iof_sleep_for(20 * MS); /* the receivers are blocked by now */
+  return iof_chan_close(c->ch);
+}
+
+static void chan_close_wakes_receivers_with_epipe(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  closer c = {0};
+  c.ch = iof_chan_create(sizeof(int), 4);
+  assert_non_null(c.ch);
+  for (int i = 0; i < 3; i++) c.r[i] = 1;
+  for (int i = 0; i < 3; i++) launch(io, receiver_fn, &c);
+  launch(io, close_fn, &c);
+  uint64_t t0 = iof_test_now_ns();
+  run_all(io);
+  assert_true(ms_since(t0) < 5000);
+  assert_int_equal(atomic_load(&c.woke), 3);
+  for (int i = 0; i < 3; i++) assert_int_equal(c.r[i], -EPIPE);
+  assert_int_equal(iof_chan_destroy(c.ch), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* Rule: when_any's losers are stopped: their pending waits end with
+ * -ECANCELED, and when_any returns the winner's status at once. */
+typedef struct any {
+  int loser_r[2];
+  int result, winner;
+} any;
+
+static any any_state;
+
+static int winner_fn(void *arg) {
+  (void)arg;
+  return 5;
+}
+
+static int loser_fn(void *arg) {
+  int *out = arg;
+  *out = iof_sleep_for(10000 * MS);
+  return *out;
+}
+
+static int any_fn(void *arg) {
+  any *a = arg;
+  iof_fn fns[3] = {loser_fn, winner_fn, loser_fn};
+  void *args[3] = {&a->loser_r[0], NULL, &a->loser_r[1]};
+  a->result = iof_when_any(3, fns, args, &a->winner);
+  return 0;
+}
+
+static void when_any_losers_get_ecanceled(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  any *a = &any_state;
+  memset(a, 0, sizeof *a);
+  a->loser_r[0] = a->loser_r[1] = 1;
+  launch(io, any_fn, a);
+  uint64_t t0 = iof_test_now_ns();
+  run_all(io);
+  assert_true(ms_since(t0) < 5000);
+  assert_int_equal(a->result, 5);
+  assert_int_equal(a->winner, 1);
+  assert_int_equal(a->loser_r[0], -ECANCELED);
+  assert_int_equal(a->loser_r[1], -ECANCELED);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
 
 int main(void) {
@@ -240,6 +650,14 @@ int main(void) {
       T(double_destroy_is_einval_and_stacks_stay_distinct),
       T(asan_reports_use_of_destroyed_fiber),
       T(dispatch_reports_queued_with_errno_zero),
+      T(unwaited_event_drops_interest),
+      T(readv_fills_several_iovecs),
+      T(read_retries_after_eintr),
+      T(read_with_stop_requested_is_ecanceled),
+      T(await_at_once_stays_in_strand),
+      T(post_from_pool_thread_never_inline),
+      T(chan_close_wakes_receivers_with_epipe),
+      T(when_any_losers_get_ecanceled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
