@@ -643,7 +643,8 @@ static void when_any_losers_get_ecanceled(void **state) {
 
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1) cmocka_set_test_filter(argv[1]); /* run tests by name */
   const struct CMUnitTest tests[] = {
       T(ports_out_of_range_are_einval),
       T(strand_destroy_is_ebusy_under_a_sleeping_chain),
