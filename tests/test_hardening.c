@@ -10,6 +10,8 @@
 #include "test_support.h"
 #include "io_test.h"
 
+#include "io/socket_internal.h" /* the socket's watcher, for one test */
+
 #include <iofiber/iofiber.h>
 
 #include <errno.h>
@@ -455,6 +457,57 @@ static void read_with_stop_requested_is_ecanceled(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* Rule: when the kernel refuses to watch a descriptor (libev reports
+ * EV_ERROR and stops the watcher, as its epoll backend does on ENOMEM or
+ * ENOSPC), the pending read fails with -ENOMEM instead of waiting forever
+ * on a watcher that is gone; the socket works again afterwards. The
+ * refusal is delivered exactly as libev's fd_kill does it: the watcher
+ * stopped, then EV_ERROR | EV_READ | EV_WRITE fed to it. */
+typedef struct refused {
+  iof_io_context *io;
+  iof_socket *s;
+  int peer;
+  ssize_t first, second;
+} refused;
+
+static int refused_reader(void *arg) {
+  refused *r = arg;
+  char buf[8];
+  r->first = iof_read_some(r->s, buf, sizeof buf); /* nothing to read */
+  if (write(r->peer, "ok", 2) != 2) return -1;
+  r->second = iof_read_some(r->s, buf, sizeof buf);
+  return 0;
+}
+
+static int refuser(void *arg) {
+  refused *r = arg;
+  iof_sleep_for(10 * MS); /* both waits are armed */
+  struct ev_loop *loop = iof_io_context_loop(r->io);
+  ev_io_stop(loop, &r->s->w);
+  ev_feed_event(loop, &r->s->w, EV_ERROR | EV_READ | EV_WRITE);
+  /* libev runs fed events after its next poll, as it does for its own
+   * fd_kill (from fd_reify, before the poll): a timer wakes it. */
+  iof_sleep_for(10 * MS);
+  return 0;
+}
+
+static void refused_watch_is_enomem_not_a_hang(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  refused r = {.io = io, .first = 1, .second = 1};
+  r.s = adopt_pair(io, &r.peer);
+  launch(io, refused_reader, &r);
+  launch(io, refuser, &r);
+  iof_io_context_run_for(io, 1000 * MS);
+  if (r.first != -ENOMEM)
+    fail_msg("read under a refused watch: %zd (want -ENOMEM)", r.first);
+  assert_int_equal(r.second, 2);
+  assert_int_equal(iof_socket_free(r.s), 0);
+  close(r.peer);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 /* ---- strands, pools ----------------------------------------------------- */
 
 /* Rule: an await that completes at once, on a busy strand over a thread
@@ -657,6 +710,7 @@ int main(int argc, char **argv) {
       T(readv_fills_several_iovecs),
       T(read_retries_after_eintr),
       T(read_with_stop_requested_is_ecanceled),
+      T(refused_watch_is_enomem_not_a_hang),
       T(await_at_once_stays_in_strand),
       T(post_from_pool_thread_never_inline),
       T(chan_close_wakes_receivers_with_epipe),

@@ -77,7 +77,9 @@ IOF_API int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out);
 
 /* Reads what is available, at most len (waits if nothing is). len 0
  * returns 0 at once. -EBADF (closed), -EINVAL (listener or NULL socket),
- * -EFAULT (NULL buf with len > 0), -ECONNRESET, -ECANCELED. */
+ * -EFAULT (NULL buf with len > 0), -ECONNRESET, -ECANCELED. Every call
+ * that may wait can also return -ENOMEM: libev's bookkeeping could not
+ * grow, or the kernel refused to watch the descriptor. */
 IOF_API ssize_t iof_read_some(iof_socket *s, void *buf, size_t len);
 
 /* Writes what fits, at least one byte (waits for room). Errors as read,
@@ -131,7 +133,8 @@ IOF_API ssize_t iof_recvfrom(iof_socket *s, void *buf, size_t len,
 
 /* Waits until a foreign fd (not owned by a socket) is readable or
  * writable, at most timeout_ns (< 0: no limit). 0 when ready; -ETIMEDOUT,
- * -ECANCELED, -EBADF, -EPERM outside a launched fiber. */
+ * -ECANCELED, -EBADF, -ENOMEM (see iof_read_some), -EPERM outside a
+ * launched fiber. */
 IOF_API int iof_wait_readable(iof_io_context *io, int fd, int64_t timeout_ns);
 IOF_API int iof_wait_writable(iof_io_context *io, int fd, int64_t timeout_ns);
 
