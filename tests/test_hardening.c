@@ -604,6 +604,73 @@ static void post_from_pool_thread_never_inline(void **state) {
   assert_int_equal(iof_fiber_destroy(raw_posted), 0);
 }
 
+/* The documented idiom: a pool fiber reading a socket in a loop holds a
+ * work guard on the socket's io_context, so that context's run (on
+ * another thread) does not return while the fiber is between two reads
+ * (then nothing is pending there). Without the guard this test fails:
+ * run returns right after the first read. */
+typedef struct guarded {
+  iof_io_context *io;
+  iof_socket *s;
+  atomic_int holding, between, reads, run_returned;
+} guarded;
+
+static void *io_runner(void *arg) {
+  guarded *g = arg;
+  iof_io_context_run(g->io);
+  atomic_store(&g->run_returned, 1);
+  return NULL;
+}
+
+static int pool_reader(void *arg) {
+  guarded *g = arg;
+  iof_work_guard wg;
+  iof_work_guard_init(&wg,
+                      iof_io_context_executor(iof_socket_io_context(g->s)));
+  atomic_store(&g->holding, 1);
+  char buf[16];
+  for (int i = 0; i < 3; i++) {
+    if (iof_read_some(g->s, buf, sizeof buf) <= 0) break;
+    atomic_fetch_add(&g->reads, 1);
+    atomic_store(&g->between, i + 1);
+    sleep_ms(40); /* work on the pool: nothing pending on io */
+  }
+  iof_work_guard_reset(&wg);
+  return 0;
+}
+
+static void pool_reader_with_guard_keeps_io_running(void **state) {
+  (void)state;
+  guarded g = {0};
+  g.io = iof_io_context_create();
+  assert_non_null(g.io);
+  int peer;
+  g.s = adopt_pair(g.io, &peer);
+  iof_thread_pool *p = iof_thread_pool_create(1);
+  assert_non_null(p);
+  iof_work_guard start; /* keeps run alive until the reader holds its own */
+  assert_int_equal(iof_work_guard_init(&start, iof_io_context_executor(g.io)),
+                   0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, io_runner, &g), 0);
+  assert_int_equal(iof_launch(iof_thread_pool_executor(p), pool_reader, &g), 0);
+  for (int i = 0; i < 5000 && !atomic_load(&g.holding); i++) sleep_ms(1);
+  iof_work_guard_reset(&start);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(write(peer, "msg", 3), 3);
+    for (int k = 0; k < 5000 && atomic_load(&g.between) <= i; k++) sleep_ms(1);
+    sleep_ms(20); /* the reader is between two reads */
+    if (atomic_load(&g.run_returned))
+      fail_msg("io_context run returned between reads %d and %d", i + 1, i + 2);
+  }
+  pthread_join(t, NULL); /* returns once the guard is reset */
+  assert_int_equal(atomic_load(&g.reads), 3);
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+  assert_int_equal(iof_socket_free(g.s), 0);
+  close(peer);
+  assert_int_equal(iof_io_context_destroy(g.io), 0);
+}
+
 /* ---- channels, when_any -------------------------------------------------- */
 
 /* Rule: closing a channel wakes every blocked receiver with -EPIPE. */
@@ -713,6 +780,7 @@ int main(int argc, char **argv) {
       T(refused_watch_is_enomem_not_a_hang),
       T(await_at_once_stays_in_strand),
       T(post_from_pool_thread_never_inline),
+      T(pool_reader_with_guard_keeps_io_running),
       T(chan_close_wakes_receivers_with_epipe),
       T(when_any_losers_get_ecanceled),
   };
