@@ -44,6 +44,7 @@ static void *_Atomic reserve;    /* the emergency block, or NULL */
 static atomic_long reserve_size; /* its size while present */
 static atomic_long largest;      /* largest request libev made */
 static atomic_int fd_reserve[2] = {-1, -1};
+static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread int tls_syserr; /* errno of the last syserr here */
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -81,17 +82,23 @@ static void *ev_alloc(void *ptr, long size) EV_NOEXCEPT {
   return p;
 }
 
+/* Under fd_lock: two racing creations must not both take a pair. */
 static void take_fd_reserve(void) {
   if (atomic_load(&fd_reserve[0]) >= 0) return;
+  pthread_mutex_lock(&fd_lock);
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return;
-  atomic_store(&fd_reserve[1], fds[1]);
-  atomic_store(&fd_reserve[0], fds[0]);
+  if (atomic_load(&fd_reserve[0]) < 0 && pipe2(fds, O_CLOEXEC) == 0) {
+    atomic_store(&fd_reserve[1], fds[1]);
+    atomic_store(&fd_reserve[0], fds[0]);
+  }
+  pthread_mutex_unlock(&fd_lock);
 }
 
 static bool release_fd_reserve(void) {
+  pthread_mutex_lock(&fd_lock);
   int a = atomic_exchange(&fd_reserve[0], -1);
   int b = atomic_exchange(&fd_reserve[1], -1);
+  pthread_mutex_unlock(&fd_lock);
   if (a >= 0) close(a);
   if (b >= 0) close(b);
   return a >= 0 || b >= 0;
