@@ -102,6 +102,31 @@ static void fill_all(void) {
   }
 }
 
+/* What a running io_context asks libev for needs no new descriptor: a
+ * timer, a signal (the loop's wake-up pipe serves it), an io watcher on a
+ * socket made earlier. Checked with the table full. */
+typedef struct full {
+  iof_io_context *io;
+  iof_socket *s;
+  int sleep_r, sig_r;
+  ssize_t read_r;
+} full;
+
+static int full_signal_fn(void *arg) {
+  full *f = arg;
+  f->sig_r = iof_signal_wait(f->io, SIGUSR2);
+  return 0;
+}
+
+static int full_main_fn(void *arg) {
+  full *f = arg;
+  f->sleep_r = iof_sleep_for(2 * MS);
+  kill(getpid(), SIGUSR2); /* the signal fiber waits by now */
+  char c;
+  f->read_r = iof_read_some(f->s, &c, 1);
+  return 0;
+}
+
 static void fd_child(void) {
   /* The library's first io_context (with descriptors to spare). */
   iof_io_context *io = iof_io_context_create();
@@ -146,7 +171,22 @@ static void fd_child(void) {
   leave_free(4);
   io = iof_io_context_create();
   if (!io) _exit(40);
-  if (iof_io_context_destroy(io) != 0) _exit(41);
+
+  /* Then, with the table full again, timers, signals and io watchers. */
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) _exit(42);
+  full f = {.io = io, .sleep_r = 1, .sig_r = 1, .read_r = 1};
+  if (iof_socket_adopt(io, sv[0], &f.s) != 0) _exit(43);
+  fill_all();
+  if (write(sv[1], "z", 1) != 1) _exit(44);
+  if (iof_launch(iof_io_context_executor(io), full_signal_fn, &f) != 0)
+    _exit(45);
+  if (iof_launch(iof_io_context_executor(io), full_main_fn, &f) != 0) _exit(46);
+  if (iof_io_context_run_for(io, 2000 * MS) < 0) _exit(47);
+  if (f.sleep_r != 0) _exit(48);
+  if (f.sig_r != SIGUSR2) _exit(49);
+  if (f.read_r != 1) _exit(50);
+  if (iof_io_context_destroy(io) != 0) _exit(51);
   _exit(0);
 }
 
