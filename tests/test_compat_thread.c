@@ -554,7 +554,24 @@ static void *detached_fn(void *arg) {
 static void *self_fn(void *arg) {
   pthread_t *out = arg;
   *out = iof_compat_pthread_self();
-  CHECK(iof_compat_pthread_join(*out, NULL) == EDEADLK);
+  pthread_t me = *out;
+  CHECK(iof_compat_pthread_join(me, NULL) == EDEADLK);
+  /* calls glibc would crash on with a fiber id */
+  char name[16] = "x";
+  CHECK(iof_compat_pthread_setname_np(me, "conn-42") == 0);
+  CHECK(iof_compat_pthread_getname_np(me, name, sizeof name) == 0);
+  CHECK(strcmp(name, "conn-42") == 0);
+  CHECK(iof_compat_pthread_setname_np(me, "a-name-too-long-x") == ERANGE);
+  CHECK(iof_compat_pthread_kill(me, 0) == 0);
+  CHECK(iof_compat_pthread_cancel(me) == ENOTSUP);
+  pthread_attr_t a;
+  size_t sz = 0;
+  int det = -1;
+  CHECK(iof_compat_pthread_getattr_np(me, &a) == 0);
+  pthread_attr_getstacksize(&a, &sz);
+  pthread_attr_getdetachstate(&a, &det);
+  CHECK(sz == IOF_FIBER_STACK_DEFAULT && det == PTHREAD_CREATE_JOINABLE);
+  pthread_attr_destroy(&a);
   return NULL;
 }
 
