@@ -73,8 +73,11 @@ unsigned iof__fd_learn(int fd, iof__fd_slot *s) {
     /* Files and block devices are always "ready" to epoll's mind (it
      * refuses them); a terminal's O_NONBLOCK would be shared with the
      * shell that owns it. Those block their thread, as documented. */
+    /* Likewise a pipe on stdin/stdout/stderr: its other users (the
+     * processes of a pipeline, make's jobs) would see O_NONBLOCK too. */
     if (S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode) ||
-        (S_ISCHR(sb.st_mode) && isatty(fd))) {
+        (S_ISCHR(sb.st_mode) && isatty(fd)) ||
+        (fd <= 2 && S_ISFIFO(sb.st_mode))) {
       st |= IOF__FD_PASS;
     } else if (iof__libc.fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0) {
       st |= IOF__FD_RT_NB;
