@@ -26,5 +26,7 @@
 #include <iofiber/stream.h>
 #include <iofiber/signal.h>
 #include <iofiber/deadline.h>
+#include <iofiber/compat_thread.h>
+#include <iofiber/compat_io.h>
 
 #endif
