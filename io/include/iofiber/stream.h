@@ -12,11 +12,18 @@ extern "C" {
 typedef struct iof_stream iof_stream;
 
 /* What a stream implements. Byte calls: > 0 bytes, 0 end of stream,
- * < 0 -errno, with the semantics of iof_read_some / iof_write_some. */
+ * < 0 -errno, with the semantics of iof_read_some / iof_write_some. The
+ * last two entries are optional (NULL: the calls give -ENOTSUP), so a
+ * vtable written as {read, write, close} stays valid. */
 typedef struct iof_stream_vtbl {
   ssize_t (*read_some)(iof_stream *s, void *buf, size_t len);
   ssize_t (*write_some)(iof_stream *s, const void *buf, size_t len);
   int (*close)(iof_stream *s);
+  /* As iof_socket_set_deadline (relative false, ns absolute) or
+   * iof_socket_set_timeout (relative true). */
+  int (*set_limit)(iof_stream *s, int which, bool relative, int64_t ns);
+  /* Ends the write side (the peer reads end of stream). */
+  int (*shutdown_write)(iof_stream *s);
 } iof_stream_vtbl;
 
 /* Embed first in a stream object. */
@@ -29,6 +36,19 @@ IOF_API ssize_t iof_stream_read_some(iof_stream *s, void *buf, size_t len);
 IOF_API ssize_t iof_stream_write_some(iof_stream *s, const void *buf,
                                       size_t len);
 IOF_API int iof_stream_close(iof_stream *s);
+
+/* Deadlines and idle timeouts on a stream, with the semantics of
+ * iof_socket_set_deadline / iof_socket_set_timeout (which: IOF_READ |
+ * IOF_WRITE; <= 0 clears; -ETIMEDOUT from the calls that wait too long).
+ * -ENOTSUP when the stream's vtable has no set_limit (iof_with_deadline
+ * bounds any stream), -EINVAL on NULL. */
+IOF_API int iof_stream_set_deadline(iof_stream *s, int which,
+                                    int64_t deadline_ns);
+IOF_API int iof_stream_set_timeout(iof_stream *s, int which, int64_t ns);
+
+/* Half-close: ends the write side; the peer then reads end of stream.
+ * 0; -ENOTSUP (the vtable has no shutdown_write); -EINVAL; -errno. */
+IOF_API int iof_stream_shutdown_write(iof_stream *s);
 
 /* Reads exactly len bytes (fewer only at end of stream: the count). */
 IOF_API ssize_t iof_stream_read(iof_stream *s, void *buf, size_t len);
