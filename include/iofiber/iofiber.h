@@ -25,6 +25,7 @@
 #include <iofiber/resolver.h>
 #include <iofiber/socket.h>
 #include <iofiber/stream.h>
+#include <iofiber/reader.h>
 #include <iofiber/signal.h>
 #include <iofiber/deadline.h>
 
