@@ -66,6 +66,43 @@ IOF_API ssize_t iof_stream_read_until(iof_stream *s, char *buf, size_t cap,
                                       size_t *filled, const char *delim,
                                       size_t delim_len);
 
+/* Options of iof_stream_copy / iof_stream_relay; a zeroed struct (or
+ * NULL) means the defaults. */
+typedef struct iof_copy_opts {
+  void *buf;          /* the chunk buffer (relay: split in two halves); NULL:
+                         one allocation at start, freed at return */
+  size_t buf_len;     /* its size; 0: IOF_COPY_DEFAULT_BUF (per direction) */
+  int64_t idle_ns;    /* > 0: -ETIMEDOUT once no byte moved (in any
+                         direction) for that long; a write stalled that long
+                         fails too */
+  bool no_half_close; /* copy: do not shut down dst's write side at src's
+                         end (relay always forwards half-closes) */
+} iof_copy_opts;
+
+#define IOF_COPY_DEFAULT_BUF ((size_t)64 * 1024)
+
+/* Copies src to dst until src's end of stream, then half-closes dst
+ * (iof_stream_shutdown_write, unless opts->no_half_close; -ENOTSUP from
+ * it is ignored). *copied (may be NULL) gets the bytes written, also on
+ * failure. 0; the first read or write error; -ETIMEDOUT (idle); -ENOTSUP
+ * (idle_ns without set_limit support in a stream); -EINVAL; -ENOMEM. With
+ * idle_ns, the src read deadline and the dst write timeout are the
+ * copy's while it runs and cleared at its end. No allocation per chunk. */
+IOF_API int iof_stream_copy(iof_stream *dst, iof_stream *src,
+                            const iof_copy_opts *opts, uint64_t *copied);
+
+/* The proxy pump: copies a to b and b to a concurrently (two child
+ * fibers, as iof_when_all) until both have ended. An end of stream on one
+ * side is forwarded as a half-close to the other, whose opposite
+ * direction keeps flowing. An error in one direction (or idle_ns without
+ * traffic either way) stops the other. *a_to_b / *b_to_a (may be NULL)
+ * get the byte counts, also on failure. 0 when both ended cleanly; else
+ * the first error (-ETIMEDOUT for idle; -ECANCELED on a stop request);
+ * -EINVAL; -ENOMEM; -EPERM outside a launched fiber. */
+IOF_API int iof_stream_relay(iof_stream *a, iof_stream *b,
+                             const iof_copy_opts *opts, uint64_t *a_to_b,
+                             uint64_t *b_to_a);
+
 /* A stream over a socket (the socket stays the caller's; close closes
  * it). */
 typedef struct iof_socket_stream {
