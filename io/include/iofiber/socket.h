@@ -134,8 +134,10 @@ IOF_API int iof_socket_set_keepalive(iof_socket *s, bool on);
  * -ETIMEDOUT once the deadline has passed (data already there may still be
  * returned). deadline_ns <= 0 clears it. Waits already pending take the
  * new value at once. The socket stays usable after a timeout. 0; -EINVAL
- * (NULL, bad which), -EBADF. Costs nothing on operations that need not
- * wait; no timer is armed unless a fiber waits. */
+ * (NULL, bad which), -EBADF; -EPERM from a plain thread while the
+ * io_context runs (call it from a fiber on any executor, or before/after
+ * the run). Costs nothing on operations that need not wait; no timer is
+ * armed unless a fiber waits. */
 IOF_API int iof_socket_set_deadline(iof_socket *s, int which,
                                     int64_t deadline_ns);
 
