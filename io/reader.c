@@ -218,7 +218,12 @@ ssize_t iof_reader_read_some(iof_reader *r, void *dst, size_t n) {
   if (!r || (!dst && n)) return -EINVAL;
   if (!n) return 0;
   size_t have = r->end - r->start;
-  if (!have) return r->eof ? 0 : iof_stream_read_some(r->src, dst, n);
+  if (!have) {
+    if (r->eof) return 0;
+    ssize_t got = iof_stream_read_some(r->src, dst, n);
+    if (got == 0) r->eof = true;
+    return got;
+  }
   size_t k = have < n ? have : n;
   memcpy(dst, r->buf + r->start, k);
   iof_reader_consume(r, k);
