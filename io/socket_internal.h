@@ -53,4 +53,8 @@ IOF_HIDDEN int iof__resolve_until(iof_io_context *io, const char *host,
 /* The usual checks of a call on s: -EINVAL (NULL), -EBADF (closed). */
 IOF_HIDDEN int iof__socket_check(const iof_socket *s);
 
+/* -EINVAL for a numeric service outside 0-65535 (or a malformed number),
+ * which getaddrinfo would silently truncate to 16 bits; 0 otherwise. */
+IOF_HIDDEN int iof__port_check(const char *service);
+
 #endif

@@ -59,6 +59,7 @@ static int lookup(iof_io_context *io, const char *host, const char *port,
   hints.ai_socktype = socktype;
   hints.ai_flags = passive ? AI_PASSIVE : AI_ADDRCONFIG;
   if (host && !*host) host = NULL;
+  if (iof__port_check(port) < 0) return -EINVAL;
   iof_fiber *self = iof_fiber_current();
   if (self && self->env)
     return iof__resolve_until(io, host, port, &hints, res, deadline_ns);

@@ -17,7 +17,8 @@ struct addrinfo;
 
 /* Resolves host/service (either may be NULL, as getaddrinfo; hints may be
  * NULL). 0 and *res (free it with freeaddrinfo); -ECANCELED (stop token,
- * shutdown); -EPERM outside a launched fiber; -EINVAL; getaddrinfo's
+ * shutdown); -EPERM outside a launched fiber; -EINVAL (also for a numeric
+ * service outside 0-65535, which getaddrinfo would truncate); getaddrinfo's
  * failures as the IOF_EAI_* codes of <iofiber/error.h> (IOF_EAI_NONAME:
  * no such host, IOF_EAI_AGAIN: temporary failure, IOF_EAI_NODATA...),
  * except EAI_MEMORY (-ENOMEM) and EAI_SYSTEM (the -errno). iof_strerror
