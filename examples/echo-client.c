@@ -71,7 +71,7 @@ static int connection(void *arg) {
   if (r < 0) {
     if (r != -ECANCELED && connect_errors++ == 0) /* report the first */
       fprintf(stderr, "echo-client: connect %s:%s: %s\n", host, port,
-              strerror(-r));
+              iof_strerror(r));
   } else {
     iof_socket_set_nodelay(sock, true);
   }

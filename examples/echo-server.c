@@ -63,14 +63,14 @@ static int acceptor(void *arg) {
        * and the listener stays readable; retrying at once would spin. */
       if (!reported_emfile)
         fprintf(stderr, "echo-server: accept: %s (backing off)\n",
-                strerror(-r));
+                iof_strerror(r));
       reported_emfile = true;
       iof_sleep_for(20 * 1000 * 1000); /* 20 ms; -ECANCELED on stop */
       continue;
     }
     if (r < 0) { /* e.g. EPERM from a firewall: drop it, keep serving */
       if (!reported_other)
-        fprintf(stderr, "echo-server: accept: %s\n", strerror(-r));
+        fprintf(stderr, "echo-server: accept: %s\n", iof_strerror(r));
       reported_other = true;
       continue;
     }
@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
                 : -errno;
     if (r < 0) {
       fprintf(stderr, "echo-server: listen on %s:%s: %s\n", host, port_str,
-              strerror(-r));
+              iof_strerror(r));
       status = 1;
     } else { /* port 0: the others listen on the port the first one got */
       snprintf(port_str, sizeof port_str, "%d",

@@ -267,14 +267,15 @@ static int acceptor(void *arg) {
       /* Out of descriptors: back off instead of spinning on a listener
        * that stays readable. */
       if (!reported_emfile)
-        fprintf(stderr, "http-hello: accept: %s (backing off)\n", strerror(-r));
+        fprintf(stderr, "http-hello: accept: %s (backing off)\n",
+                iof_strerror(r));
       reported_emfile = true;
       iof_sleep_for(20 * 1000 * 1000); /* 20 ms */
       continue;
     }
     if (r < 0) {
       if (!reported_other)
-        fprintf(stderr, "http-hello: accept: %s\n", strerror(-r));
+        fprintf(stderr, "http-hello: accept: %s\n", iof_strerror(r));
       reported_other = true;
       continue;
     }
@@ -380,7 +381,7 @@ int main(int argc, char **argv) {
                 : -errno;
     if (r < 0) {
       fprintf(stderr, "http-hello: listen on %s:%s: %s\n", host, port_str,
-              strerror(-r));
+              iof_strerror(r));
       status = 1;
     } else { /* port 0: the others listen on the port the first one got */
       snprintf(port_str, sizeof port_str, "%d",

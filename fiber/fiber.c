@@ -124,6 +124,7 @@ static void fiber_entry(iof_transfer t) {
 iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
                                 iof_fn fn, void *arg, size_t extra,
                                 void **extra_out) {
+  if (!stack_size) stack_size = IOF_FIBER_STACK_DEFAULT; /* as everywhere */
   if (!fn || stack_size < IOF_FIBER_STACK_MIN ||
       stack_size > IOF_FIBER_STACK_MAX || extra > 4096) {
     errno = EINVAL;

@@ -4,6 +4,7 @@
  * lives on the heap with two references (fiber and worker), so a fiber
  * cancelled while getaddrinfo runs can leave; whoever drops the last reference
  * frees it. */
+#include <iofiber/error.h>
 #include <iofiber/resolver.h>
 
 #include "io/socket_internal.h"
@@ -184,29 +185,6 @@ static void disarm(iof_wait *w) {
   pthread_mutex_unlock(&rs->lock);
 }
 
-int iof__gai_errno(int gai) {
-  switch (gai) {
-  case EAI_NONAME:
-#ifdef EAI_NODATA
-  case EAI_NODATA:
-#endif
-  case EAI_FAIL:
-    return -EHOSTUNREACH;
-  case EAI_AGAIN:
-    return -EAGAIN;
-  case EAI_MEMORY:
-    return -ENOMEM;
-  case EAI_SERVICE:
-  case EAI_BADFLAGS:
-  case EAI_SOCKTYPE:
-    return -EINVAL;
-  case EAI_FAMILY:
-    return -EAFNOSUPPORT;
-  default:
-    return -EIO;
-  }
-}
-
 int iof__port_check(const char *service) {
   if (!service) return 0;
   const char *p = service;
@@ -227,6 +205,12 @@ int iof__port_check(const char *service) {
 
 int iof_resolve(iof_io_context *io, const char *host, const char *service,
                 const struct addrinfo *hints, struct addrinfo **res) {
+  return iof__resolve_until(io, host, service, hints, res, 0);
+}
+
+int iof__resolve_until(iof_io_context *io, const char *host,
+                       const char *service, const struct addrinfo *hints,
+                       struct addrinfo **res, int64_t deadline_ns) {
   if (!io || !res || (!host && !service)) return -EINVAL;
   *res = NULL;
   if (iof__port_check(service) < 0) return -EINVAL;
@@ -256,6 +240,15 @@ int iof_resolve(iof_io_context *io, const char *host, const char *service,
   rw.w.arm = arm;
   rw.w.disarm = disarm;
   rw.w.timeout_ns = -1;
+  if (deadline_ns > 0) {
+    int64_t left = deadline_ns - iof__now_ns();
+    if (left <= 0) {
+      drop(r);
+      return -ETIMEDOUT;
+    }
+    rw.w.timeout_ns = left;
+    rw.w.deadline_ns = deadline_ns;
+  }
   rw.rs = rs;
   rw.r = r;
   int ret = iof__wait(&rw.w);
@@ -265,8 +258,7 @@ int iof_resolve(iof_io_context *io, const char *host, const char *service,
       *res = r->res;
       r->res = NULL;
     } else {
-      ret = r->gai == EAI_SYSTEM && r->sys_errno ? -r->sys_errno
-                                                 : iof__gai_errno(r->gai);
+      ret = iof_gai_error(r->gai, r->sys_errno);
     }
   }
   drop(r);

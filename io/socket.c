@@ -74,9 +74,22 @@ static iof_wait **list_of(iof_socket *s, iof_wait *w) {
   return w->dir == EV_WRITE ? &s->wr : &s->rd;
 }
 
+/* A socket wait remembers the limits it was built with. */
+typedef struct sock_wait {
+  iof_wait w;
+  unsigned gen;
+} sock_wait;
+
+/* Returned by a wait whose limits changed before or while it waited: the
+ * waiter builds a new one. Never seen by callers. */
+#define RETRY_LIMITS (-0x7ff0)
+
 static int arm(iof_wait *w) {
   iof_socket *s = w->obj;
   if (s->closed) return -EBADF;
+  if (((sock_wait *)w)->gen !=
+      atomic_load_explicit(&s->limit_gen, memory_order_relaxed))
+    return RETRY_LIMITS;
   iof_wait **list = list_of(s, w);
   w->next = NULL;
   w->prev = NULL;
@@ -104,14 +117,85 @@ static void disarm(iof_wait *w) {
 }
 
 int iof__socket_wait(iof_socket *s, int dir) {
-  iof_wait w = {0};
-  w.io = s->io;
-  w.obj = s;
-  w.arm = arm;
-  w.disarm = disarm;
-  w.dir = dir;
-  w.timeout_ns = -1;
-  return iof__wait(&w);
+  int d = dir == EV_WRITE;
+  for (;;) {
+    sock_wait sw = {0};
+    iof_wait *w = &sw.w;
+    w->io = s->io;
+    w->obj = s;
+    w->arm = arm;
+    w->disarm = disarm;
+    w->dir = dir;
+    w->timeout_ns = -1;
+    sw.gen = atomic_load_explicit(&s->limit_gen, memory_order_relaxed);
+    int64_t dl = atomic_load_explicit(&s->deadline[d], memory_order_relaxed);
+    int64_t to = atomic_load_explicit(&s->timeout[d], memory_order_relaxed);
+    if (dl | to) { /* a clock read only for sockets with limits */
+      int64_t now = iof__now_ns();
+      int64_t lim = dl ? dl : INT64_MAX;
+      if (to && to < lim - now) lim = now + to;
+      if (lim <= now) return -ETIMEDOUT;
+      w->timeout_ns = lim - now;
+      w->deadline_ns = lim;
+    }
+    int r = iof__wait(w);
+    if (r != RETRY_LIMITS) return r;
+  }
+}
+
+/* Stores one limit and sends the waiters of that direction back to
+ * rebuild their waits with it (on io's thread). */
+static void apply_limit(iof_socket *s, int which, bool relative, int64_t v) {
+  for (int d = 0; d < 2; d++) {
+    if (!(which & (d ? IOF_WRITE : IOF_READ))) continue;
+    atomic_store_explicit(relative ? &s->timeout[d] : &s->deadline[d], v,
+                          memory_order_relaxed);
+  }
+  atomic_fetch_add_explicit(&s->limit_gen, 1, memory_order_relaxed);
+  for (int d = 0; d < 2; d++) {
+    if (!(which & (d ? IOF_WRITE : IOF_READ))) continue;
+    iof_wait *next;
+    for (iof_wait *w = d ? s->wr : s->rd; w; w = next) {
+      next = w->next; /* completing w unlinks it */
+      iof__wait_complete(w, RETRY_LIMITS);
+    }
+  }
+}
+
+static int set_limit(iof_socket *s, int which, bool relative, int64_t v) {
+  int r = iof__socket_check(s);
+  if (r < 0) return r;
+  if (!which || (which & ~(IOF_READ | IOF_WRITE))) return -EINVAL;
+  if (v < 0) v = 0;
+  bool hopped;
+  r = iof__io_enter(s->io, &hopped);
+  if (r < 0) return r;
+  if (s->closed)
+    r = -EBADF;
+  else
+    apply_limit(s, which, relative, v);
+  iof__io_leave(s->io, hopped);
+  return r;
+}
+
+int iof_socket_set_deadline(iof_socket *s, int which, int64_t deadline_ns) {
+  return set_limit(s, which, false, deadline_ns);
+}
+
+int iof_socket_set_timeout(iof_socket *s, int which, int64_t ns) {
+  return set_limit(s, which, true, ns);
+}
+
+int64_t iof_socket_deadline(const iof_socket *s, int which) {
+  if (!s || (which != IOF_READ && which != IOF_WRITE)) return 0;
+  return atomic_load_explicit(&s->deadline[which == IOF_WRITE],
+                              memory_order_relaxed);
+}
+
+int64_t iof_socket_timeout(const iof_socket *s, int which) {
+  if (!s || (which != IOF_READ && which != IOF_WRITE)) return 0;
+  return atomic_load_explicit(&s->timeout[which == IOF_WRITE],
+                              memory_order_relaxed);
 }
 
 int iof__socket_check(const iof_socket *s) {

@@ -6,6 +6,8 @@
 
 #include "io/io_internal.h"
 
+struct addrinfo;
+
 struct iof_socket {
   iof_io_context *io;
   int fd;
@@ -23,6 +25,13 @@ struct iof_socket {
   int interest;     /* EV_READ/EV_WRITE currently in w (0: stopped) */
   iof_wait *rd;     /* waiting readers, FIFO */
   iof_wait *wr;     /* waiting writers, FIFO */
+  /* Limits of a wait, per direction ([0] read/accept, [1] write/connect):
+   * an absolute monotonic deadline and a per-wait timeout (0: none). Set
+   * on io's thread, read by waiting fibers on any thread; `limit_gen`
+   * counts changes, so a wait armed with stale limits retries. */
+  _Atomic int64_t deadline[2];
+  _Atomic int64_t timeout[2];
+  atomic_uint limit_gen;
   iof_socket *next, *prev; /* io's list */
 };
 
@@ -31,8 +40,15 @@ struct iof_socket {
 IOF_HIDDEN int iof__socket_new(iof_io_context *io, int fd, int family, int type,
                                bool listener, iof_socket **out);
 
-/* Waits until s is readable (EV_READ) or writable (EV_WRITE). */
+/* Waits until s is readable (EV_READ) or writable (EV_WRITE), within the
+ * socket's deadline and timeout for that direction (-ETIMEDOUT). */
 IOF_HIDDEN int iof__socket_wait(iof_socket *s, int dir);
+
+/* As iof__resolve, bounded by an absolute deadline (0: none). */
+IOF_HIDDEN int iof__resolve_until(iof_io_context *io, const char *host,
+                                  const char *service,
+                                  const struct addrinfo *hints,
+                                  struct addrinfo **res, int64_t deadline_ns);
 
 /* The usual checks of a call on s: -EINVAL (NULL), -EBADF (closed). */
 IOF_HIDDEN int iof__socket_check(const iof_socket *s);
@@ -40,8 +56,5 @@ IOF_HIDDEN int iof__socket_check(const iof_socket *s);
 /* -EINVAL for a numeric service outside 0-65535 (or a malformed number),
  * which getaddrinfo would silently truncate to 16 bits; 0 otherwise. */
 IOF_HIDDEN int iof__port_check(const char *service);
-
-/* The -errno of a failed getaddrinfo, for callers that only need one. */
-IOF_HIDDEN int iof__gai_errno(int gai);
 
 #endif

@@ -21,6 +21,24 @@ int iof_stream_close(iof_stream *s) {
   return s && s->vtbl ? s->vtbl->close(s) : -EINVAL;
 }
 
+int iof_stream_set_deadline(iof_stream *s, int which, int64_t deadline_ns) {
+  if (!s || !s->vtbl) return -EINVAL;
+  if (!s->vtbl->set_limit) return -ENOTSUP;
+  return s->vtbl->set_limit(s, which, false, deadline_ns);
+}
+
+int iof_stream_set_timeout(iof_stream *s, int which, int64_t ns) {
+  if (!s || !s->vtbl) return -EINVAL;
+  if (!s->vtbl->set_limit) return -ENOTSUP;
+  return s->vtbl->set_limit(s, which, true, ns);
+}
+
+int iof_stream_shutdown_write(iof_stream *s) {
+  if (!s || !s->vtbl) return -EINVAL;
+  if (!s->vtbl->shutdown_write) return -ENOTSUP;
+  return s->vtbl->shutdown_write(s);
+}
+
 ssize_t iof_stream_read(iof_stream *s, void *buf, size_t len) {
   if (!s || (!buf && len)) return -EINVAL;
   size_t got = 0;
@@ -82,8 +100,18 @@ static int sock_close(iof_stream *s) {
   return iof_socket_close(((iof_socket_stream *)s)->sock);
 }
 
-static const iof_stream_vtbl socket_stream_vtbl = {sock_read, sock_write,
-                                                   sock_close};
+static int sock_limit(iof_stream *s, int which, bool relative, int64_t ns) {
+  iof_socket *sock = ((iof_socket_stream *)s)->sock;
+  return relative ? iof_socket_set_timeout(sock, which, ns)
+                  : iof_socket_set_deadline(sock, which, ns);
+}
+
+static int sock_shutdown_write(iof_stream *s) {
+  return iof_socket_shutdown(((iof_socket_stream *)s)->sock, SHUT_WR);
+}
+
+static const iof_stream_vtbl socket_stream_vtbl = {
+    sock_read, sock_write, sock_close, sock_limit, sock_shutdown_write};
 
 iof_stream *iof_socket_stream_init(iof_socket_stream *ss, iof_socket *sock) {
   if (!ss || !sock) return NULL;
@@ -99,8 +127,8 @@ typedef struct pipe_end {
 /* The socket stream's functions under a vtable of their own, so that
  * iof_stream_pipe_free can tell a pipe end (heap) from a caller's socket
  * stream (which it must not free). */
-static const iof_stream_vtbl pipe_stream_vtbl = {sock_read, sock_write,
-                                                 sock_close};
+static const iof_stream_vtbl pipe_stream_vtbl = {
+    sock_read, sock_write, sock_close, sock_limit, sock_shutdown_write};
 
 int iof_stream_pipe(iof_io_context *io, iof_stream **a, iof_stream **b) {
   if (!io || !a || !b) return -EINVAL;

@@ -1,6 +1,8 @@
 /* TCP and Unix stream sockets: listen, accept, connect. */
 #include <iofiber/resolver.h>
 
+#include <iofiber/error.h>
+
 #include "io/socket_internal.h"
 
 #include <errno.h>
@@ -49,7 +51,8 @@ int iof_tcp_listen_addr(iof_io_context *io, const struct sockaddr *sa,
 /* getaddrinfo on the resolver thread inside a fiber; directly elsewhere
  * (setting up listeners before the loop runs is the common case). */
 static int lookup(iof_io_context *io, const char *host, const char *port,
-                  int socktype, int passive, struct addrinfo **res) {
+                  int socktype, int passive, struct addrinfo **res,
+                  int64_t deadline_ns) {
   struct addrinfo hints;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
@@ -58,16 +61,17 @@ static int lookup(iof_io_context *io, const char *host, const char *port,
   if (host && !*host) host = NULL;
   if (iof__port_check(port) < 0) return -EINVAL;
   iof_fiber *self = iof_fiber_current();
-  if (self && self->env) return iof_resolve(io, host, port, &hints, res);
+  if (self && self->env)
+    return iof__resolve_until(io, host, port, &hints, res, deadline_ns);
   int gai = getaddrinfo(host, port, &hints, res);
-  return gai == 0 ? 0 : iof__gai_errno(gai);
+  return gai == 0 ? 0 : iof_gai_error(gai, errno);
 }
 
 int iof_tcp_listen(iof_io_context *io, const char *host, const char *port,
                    int backlog, int flags, iof_socket **out) {
   if (!io || !port || !out) return -EINVAL;
   struct addrinfo *res;
-  int r = lookup(io, host, port, SOCK_STREAM, 1, &res);
+  int r = lookup(io, host, port, SOCK_STREAM, 1, &res, 0);
   if (r < 0) return r;
   r = -EADDRNOTAVAIL;
   /* Prefer IPv4 for a wildcard listen without V6ONLY: it is what clients
@@ -108,7 +112,7 @@ int iof_accept(iof_socket *l, iof_socket **out, struct sockaddr *peer,
 }
 
 static int connect_fd(iof_io_context *io, const struct sockaddr *sa,
-                      socklen_t len, iof_socket **out) {
+                      socklen_t len, int64_t deadline_ns, iof_socket **out) {
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return -EPERM;
   if (iof_stop_requested(self->env->stop_token)) return -ECANCELED;
@@ -123,7 +127,10 @@ static int connect_fd(iof_io_context *io, const struct sockaddr *sa,
       iof_socket_free(s);
       return r;
     }
+    /* Nobody else knows s yet: no hop needed to set its limit. */
+    atomic_store_explicit(&s->deadline[1], deadline_ns, memory_order_relaxed);
     r = iof__socket_wait(s, EV_WRITE);
+    atomic_store_explicit(&s->deadline[1], 0, memory_order_relaxed);
     int err = 0;
     socklen_t el = sizeof err;
     if (r == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
@@ -143,24 +150,40 @@ int iof_tcp_connect_addr(iof_io_context *io, const struct sockaddr *sa,
   if (!io || !sa || !out ||
       (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
     return -EINVAL;
-  return connect_fd(io, sa, len, out);
+  return connect_fd(io, sa, len, 0, out);
+}
+
+int iof_tcp_connect_addr_deadline(iof_io_context *io, const struct sockaddr *sa,
+                                  socklen_t len, int64_t deadline_ns,
+                                  iof_socket **out) {
+  if (!io || !sa || !out ||
+      (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+    return -EINVAL;
+  return connect_fd(io, sa, len, deadline_ns > 0 ? deadline_ns : 0, out);
+}
+
+int iof_tcp_connect_deadline(iof_io_context *io, const char *host,
+                             const char *port, int64_t deadline_ns,
+                             iof_socket **out) {
+  if (!io || !host || !port || !out) return -EINVAL;
+  iof_fiber *self = iof_fiber_current();
+  if (!self || !self->env) return -EPERM;
+  if (deadline_ns < 0) deadline_ns = 0;
+  struct addrinfo *res;
+  int r = lookup(io, host, port, SOCK_STREAM, 0, &res, deadline_ns);
+  if (r < 0) return r;
+  r = -EHOSTUNREACH;
+  for (struct addrinfo *a = res; a; a = a->ai_next) {
+    r = connect_fd(io, a->ai_addr, a->ai_addrlen, deadline_ns, out);
+    if (r == 0 || r == -ECANCELED || r == -ETIMEDOUT) break;
+  }
+  freeaddrinfo(res);
+  return r;
 }
 
 int iof_tcp_connect(iof_io_context *io, const char *host, const char *port,
                     iof_socket **out) {
-  if (!io || !host || !port || !out) return -EINVAL;
-  iof_fiber *self = iof_fiber_current();
-  if (!self || !self->env) return -EPERM;
-  struct addrinfo *res;
-  int r = lookup(io, host, port, SOCK_STREAM, 0, &res);
-  if (r < 0) return r;
-  r = -EHOSTUNREACH;
-  for (struct addrinfo *a = res; a; a = a->ai_next) {
-    r = connect_fd(io, a->ai_addr, a->ai_addrlen, out);
-    if (r == 0 || r == -ECANCELED) break;
-  }
-  freeaddrinfo(res);
-  return r;
+  return iof_tcp_connect_deadline(io, host, port, 0, out);
 }
 
 static int unix_addr(const char *path, struct sockaddr_un *sun) {
@@ -190,5 +213,5 @@ int iof_unix_connect(iof_io_context *io, const char *path, iof_socket **out) {
   if (!io || !out) return -EINVAL;
   int r = unix_addr(path, &sun);
   if (r < 0) return r;
-  return connect_fd(io, (struct sockaddr *)&sun, sizeof sun, out);
+  return connect_fd(io, (struct sockaddr *)&sun, sizeof sun, 0, out);
 }

@@ -1,6 +1,8 @@
 /* UDP sockets: one datagram per call. */
 #include <iofiber/resolver.h>
 
+#include <iofiber/error.h>
+
 #include "io/socket_internal.h"
 
 #include <errno.h>
@@ -30,7 +32,7 @@ int iof_udp_bind(iof_io_context *io, const char *host, const char *port,
     r = iof_resolve(io, host, port, &hints, &res);
   } else {
     int gai = getaddrinfo(host, port, &hints, &res);
-    r = gai ? iof__gai_errno(gai) : 0;
+    r = gai ? iof_gai_error(gai, errno) : 0;
   }
   if (r < 0) return r;
   r = -EADDRNOTAVAIL;

@@ -416,7 +416,8 @@ static void test_user_allocator(void **state) {
   assert_int_equal(r.allocs, 1);
   /* Invalid arguments never reach the allocator. */
   errno = 0;
-  assert_null(iof_fiber_create(&r.base, 0, noop_fiber, NULL));
+  assert_null(
+      iof_fiber_create(&r.base, IOF_FIBER_STACK_MIN - 1, noop_fiber, NULL));
   assert_int_equal(errno, EINVAL);
   assert_null(iof_fiber_create(&r.base, want, NULL, NULL));
   assert_int_equal(r.allocs, 1);

@@ -1034,9 +1034,15 @@ static void test_bad_input(void **state) {
   errno = 0;
   assert_null(iof_fiber_create(NULL, IOF_FIBER_STACK_DEFAULT, NULL, NULL));
   assert_int_equal(errno, EINVAL);
-  errno = 0;
-  assert_null(iof_fiber_create(NULL, 0, never_called, NULL));
-  assert_int_equal(errno, EINVAL);
+  /* Stack size 0 is the default, as everywhere. */
+  iof_fiber *dflt = iof_fiber_create(NULL, 0, never_called, NULL);
+  assert_non_null(dflt);
+  iof_fiber *dflt2 =
+      iof_fiber_create(NULL, IOF_FIBER_STACK_DEFAULT, never_called, NULL);
+  assert_non_null(dflt2);
+  assert_int_equal(iof_fiber_stack_size(dflt), iof_fiber_stack_size(dflt2));
+  assert_int_equal(iof_fiber_destroy(dflt), 0);
+  assert_int_equal(iof_fiber_destroy(dflt2), 0);
   errno = 0;
   assert_null(iof_fiber_create(NULL, IOF_FIBER_STACK_MIN - 1, never_called, 0));
   assert_int_equal(errno, EINVAL);
@@ -1047,7 +1053,8 @@ static void test_bad_input(void **state) {
   assert_null(iof_fiber_create(NULL, SIZE_MAX, never_called, NULL));
   assert_int_equal(errno, EINVAL);
   errno = 0;
-  assert_null(iof_fiber_create(iof_mmap_allocator(), 0, never_called, NULL));
+  assert_null(iof_fiber_create(iof_mmap_allocator(), IOF_FIBER_STACK_MIN - 1,
+                               never_called, NULL));
   assert_int_equal(errno, EINVAL);
 
   /* NULL fiber everywhere. */

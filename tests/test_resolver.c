@@ -214,7 +214,7 @@ static void the_fiber_is_suspended_while_getaddrinfo_runs(void **state) {
   assert_true(wait_count(&gate_inside, 1));
   gate_release();
   run_all(io);
-  assert_int_equal(l.r, -EHOSTUNREACH); /* EAI_NONAME */
+  assert_int_equal(l.r, IOF_EAI_NONAME); /* EAI_NONAME */
   assert_int_equal(l.ticks_during, 5);
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
@@ -252,12 +252,12 @@ static void resolver_failures_map_to_negative_errno(void **state) {
   e.io = io;
   launch(io, errs_fn, &e);
   run_all(io);
-  assert_int_equal(e.r_numeric_bad, -EHOSTUNREACH); /* EAI_NONAME */
-  assert_int_equal(e.r_numserv_bad, -EHOSTUNREACH); /* EAI_NONAME */
+  assert_int_equal(e.r_numeric_bad, IOF_EAI_NONAME); /* EAI_NONAME */
+  assert_int_equal(e.r_numserv_bad, IOF_EAI_NONAME); /* EAI_NONAME */
   assert_int_equal(e.r_null_both, -EINVAL);
   assert_int_equal(e.r_null_res, -EINVAL);
   assert_int_equal(e.r_null_io, -EINVAL);
-  assert_int_equal(e.r_family, -EAFNOSUPPORT); /* EAI_FAMILY */
+  assert_int_equal(e.r_family, IOF_EAI_FAMILY);
   struct addrinfo *res;
   assert_int_equal(iof_resolve(io, "localhost", NULL, NULL, &res), -EPERM);
   assert_int_equal(iof_io_context_destroy(io), 0);
@@ -374,7 +374,7 @@ static void stop_cancels_a_resolve_queued_behind_another(void **state) {
   assert_int_equal(first.t_done, 0); /* still held */
   gate_release();
   run_all(io);
-  assert_int_equal(first.r, -EHOSTUNREACH);
+  assert_int_equal(first.r, IOF_EAI_NONAME);
   iof_stop_source_destroy(&src);
   assert_int_equal(iof_io_context_destroy(io), 0);
 }

@@ -344,7 +344,8 @@ static int mem_close(iof_stream *s) {
   return 0;
 }
 
-static const iof_stream_vtbl mem_vtbl = {mem_read, mem_write, mem_close};
+static const iof_stream_vtbl mem_vtbl = {mem_read, mem_write, mem_close, NULL,
+                                         NULL};
 
 static void helpers_work_on_a_user_written_stream(void **state) {
   (void)state;

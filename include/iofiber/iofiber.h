@@ -19,11 +19,13 @@
 #include <iofiber/sync.h>
 #include <iofiber/chan.h>
 #include <iofiber/when.h>
+#include <iofiber/error.h>
 #include <iofiber/io_context.h>
 #include <iofiber/timer.h>
 #include <iofiber/resolver.h>
 #include <iofiber/socket.h>
 #include <iofiber/stream.h>
+#include <iofiber/reader.h>
 #include <iofiber/signal.h>
 #include <iofiber/deadline.h>
 #include <iofiber/compat_thread.h>

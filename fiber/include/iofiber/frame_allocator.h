@@ -6,6 +6,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* An atomic member of a public struct. C++ (17 and later) has no _Atomic
+ * before C++23: there the member is a std::atomic of the same size and
+ * alignment (checked below), so C and C++ code agree on the layout. */
+#ifdef __cplusplus
+#include <atomic>
+#define IOF_ATOMIC(T) std::atomic<T>
+static_assert(sizeof(std::atomic<int>) == sizeof(int) &&
+                  alignof(std::atomic<int>) == alignof(int),
+              "std::atomic<int> must match _Atomic int");
+static_assert(sizeof(std::atomic<void *>) == sizeof(void *) &&
+                  alignof(std::atomic<void *>) == alignof(void *),
+              "std::atomic<void *> must match _Atomic(void *)");
+#else
+#include <stdatomic.h>
+#define IOF_ATOMIC(T) _Atomic(T)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

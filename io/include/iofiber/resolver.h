@@ -5,6 +5,7 @@
 
 #include <netdb.h>
 
+#include <iofiber/error.h>
 #include <iofiber/io_context.h>
 
 #ifdef __cplusplus
@@ -18,10 +19,10 @@ struct addrinfo;
  * NULL). 0 and *res (free it with freeaddrinfo); -ECANCELED (stop token,
  * shutdown); -EPERM outside a launched fiber; -EINVAL (also for a numeric
  * service outside 0-65535, which getaddrinfo would truncate); getaddrinfo's
- * failures as -errno: EAI_NONAME/EAI_NODATA/EAI_FAIL -> -EHOSTUNREACH,
- * EAI_AGAIN -> -EAGAIN, EAI_MEMORY -> -ENOMEM, EAI_SERVICE/EAI_BADFLAGS/
- * EAI_SOCKTYPE -> -EINVAL, EAI_FAMILY -> -EAFNOSUPPORT, EAI_SYSTEM -> the
- * errno, others -> -EIO. */
+ * failures as the IOF_EAI_* codes of <iofiber/error.h> (IOF_EAI_NONAME:
+ * no such host, IOF_EAI_AGAIN: temporary failure, IOF_EAI_NODATA...),
+ * except EAI_MEMORY (-ENOMEM) and EAI_SYSTEM (the -errno). iof_strerror
+ * describes them. */
 IOF_API int iof_resolve(iof_io_context *io, const char *host,
                         const char *service, const struct addrinfo *hints,
                         struct addrinfo **res);

@@ -34,9 +34,8 @@ typedef struct iof_socket iof_socket;
 /* TCP listener on host:port (host NULL or "": all addresses; port "0":
  * any; a numeric port must be 0-65535, else -EINVAL; a service name such
  * as "http" is looked up). SO_REUSEADDR always. backlog <= 0: SOMAXCONN.
- * 0 and *out; -EINVAL,
- * -EADDRINUSE, -EACCES, -EMFILE, -ENOMEM, or a resolution error as
- * -EHOSTUNREACH (use iof_resolve for the details). */
+ * 0 and *out; -EINVAL, -EADDRINUSE, -EACCES, -EMFILE, -ENOMEM, or a
+ * resolution error (IOF_EAI_*, as iof_resolve). */
 IOF_API int iof_tcp_listen(iof_io_context *io, const char *host,
                            const char *port, int backlog, int flags,
                            iof_socket **out);
@@ -57,12 +56,24 @@ IOF_API int iof_accept(iof_socket *listener, iof_socket **out,
                        struct sockaddr *peer, socklen_t *peer_len);
 
 /* Connects, resolving host:port on the resolver thread and trying each
- * address. 0 and *out; -ECONNREFUSED, -ETIMEDOUT, -ECANCELED, -EHOSTUNREACH
- * (resolution failed), -EINVAL (numeric port outside 0-65535)... */
+ * address. 0 and *out; -ECONNREFUSED, -ETIMEDOUT, -ECANCELED, IOF_EAI_*
+ * (resolution failed, as iof_resolve), -EINVAL (numeric port outside
+ * 0-65535)... */
 IOF_API int iof_tcp_connect(iof_io_context *io, const char *host,
                             const char *port, iof_socket **out);
 IOF_API int iof_tcp_connect_addr(iof_io_context *io, const struct sockaddr *sa,
                                  socklen_t len, iof_socket **out);
+
+/* As iof_tcp_connect(_addr), bounded by an absolute CLOCK_MONOTONIC
+ * deadline (resolution included; <= 0: none): -ETIMEDOUT once it passes.
+ * The socket returned has no deadline set. */
+IOF_API int iof_tcp_connect_deadline(iof_io_context *io, const char *host,
+                                     const char *port, int64_t deadline_ns,
+                                     iof_socket **out);
+IOF_API int iof_tcp_connect_addr_deadline(iof_io_context *io,
+                                          const struct sockaddr *sa,
+                                          socklen_t len, int64_t deadline_ns,
+                                          iof_socket **out);
 
 /* Unix domain stream sockets by path (an existing socket file is replaced
  * by listen). Same results as the TCP calls. */
@@ -116,6 +127,34 @@ IOF_API iof_io_context *iof_socket_io_context(const iof_socket *s);
 /* TCP_NODELAY and SO_KEEPALIVE. 0 or -errno. */
 IOF_API int iof_socket_set_nodelay(iof_socket *s, bool on);
 IOF_API int iof_socket_set_keepalive(iof_socket *s, bool on);
+
+/* Directions of a deadline or timeout. */
+#define IOF_READ 1  /* reads, recvfrom, accept */
+#define IOF_WRITE 2 /* writes, sendto, connect */
+
+/* Sets an absolute deadline (CLOCK_MONOTONIC ns, as iof_now_ns) for the
+ * directions in which (IOF_READ | IOF_WRITE): from now on, until changed,
+ * every operation of those directions that has to wait fails with
+ * -ETIMEDOUT once the deadline has passed (data already there may still be
+ * returned). deadline_ns <= 0 clears it. Waits already pending take the
+ * new value at once. The socket stays usable after a timeout. 0; -EINVAL
+ * (NULL, bad which), -EBADF; -EPERM from a plain thread while the
+ * io_context runs (call it from a fiber on any executor, or before/after
+ * the run). Costs nothing on operations that need not wait; no timer is
+ * armed unless a fiber waits. */
+IOF_API int iof_socket_set_deadline(iof_socket *s, int which,
+                                    int64_t deadline_ns);
+
+/* Sets a timeout per wait (an idle timeout) for the directions in which:
+ * an operation that waits more than ns nanoseconds at a time for its
+ * socket fails with -ETIMEDOUT (an operation that makes progress, e.g. a
+ * long write, restarts it at each wait). ns <= 0 (0 or -1) clears it.
+ * With a deadline too, the earlier limit wins. Results as set_deadline. */
+IOF_API int iof_socket_set_timeout(iof_socket *s, int which, int64_t ns);
+
+/* The current deadline / timeout of one direction (0: none). */
+IOF_API int64_t iof_socket_deadline(const iof_socket *s, int which);
+IOF_API int64_t iof_socket_timeout(const iof_socket *s, int which);
 
 /* UDP socket bound to host:port (port "0": any; a numeric port outside
  * 0-65535 is -EINVAL). 0 and *out, or -errno. */

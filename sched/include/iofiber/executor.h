@@ -9,7 +9,9 @@
 #define IOFIBER_EXECUTOR_H
 
 #include <pthread.h>
+#ifndef __cplusplus
 #include <stdatomic.h>
+#endif
 #include <stdbool.h>
 
 #include <iofiber/fiber.h>
@@ -105,8 +107,8 @@ struct iof_execution_context {
   pthread_mutex_t lock;
   pthread_cond_t created;
   iof_service *services; /* newest first */
-  atomic_int state;      /* 0 running, 1 shutting down, 2 shut down */
-  iof_frame_allocator *_Atomic frame_allocator; /* NULL: default */
+  IOF_ATOMIC(int) state; /* 0 running, 1 shutting down, 2 shut down */
+  IOF_ATOMIC(iof_frame_allocator *) frame_allocator; /* NULL: default */
   const void *kind; /* set by built-in contexts (io/ finds its io_context) */
 };
 

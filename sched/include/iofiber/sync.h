@@ -23,7 +23,9 @@
 #define IOFIBER_SYNC_H
 
 #include <pthread.h>
+#ifndef __cplusplus
 #include <stdatomic.h>
+#endif
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -49,8 +51,8 @@ IOF_API int64_t iof_deadline_after(int64_t ns);
  * holds it) or a thread. FIFO hand-off: unlock gives ownership directly to
  * the first waiter, newcomers never barge past waiters. */
 typedef struct iof_mutex {
-  atomic_int state; /* 0 free, 1 locked, 2 locked with waiters */
-  void *_Atomic owner;
+  IOF_ATOMIC(int) state; /* 0 free, 1 locked, 2 locked with waiters */
+  IOF_ATOMIC(void *) owner;
   pthread_mutex_t lock;
   iof__waitq q;
 } iof_mutex;

@@ -1,0 +1,354 @@
+/* The network examples driven as a user would: each one started as a
+ * process on port 0 (the port read from its "listening on" line), talked
+ * to over real TCP sockets, and stopped with SIGTERM (exit status 0);
+ * --help prints a usage. proxy: data both ways, a half-close passed on
+ * while the other direction still flows, the idle timeout, a target that
+ * refuses. chat: names, broadcast, /nick, a line over --max-line, a
+ * client leaving, the goodbye on shutdown. offload: hashes computed on
+ * the pool, checked against a local computation. */
+#include "test_support.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+IOF_TEST_WATCHDOG(setup, teardown, 30)
+
+#ifdef IOF_EXAMPLES_DIR
+
+typedef struct proc {
+  pid_t pid;
+  int err; /* its stderr */
+  int port;
+} proc;
+
+/* Reads one line from fd within ms; its length, -1 on timeout/EOF. */
+static int read_line_fd(int fd, char *buf, size_t cap, int ms) {
+  size_t n = 0;
+  while (n + 1 < cap) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0) break;
+    char ch;
+    ssize_t r = read(fd, &ch, 1);
+    if (r <= 0) break;
+    if (ch == '\n') {
+      buf[n] = 0;
+      return (int)n;
+    }
+    buf[n++] = ch;
+  }
+  buf[n] = 0;
+  return -1;
+}
+
+static void start(proc *p, const char *const *args) {
+  int pipefd[2];
+  assert_int_equal(pipe(pipefd), 0);
+  p->pid = fork();
+  assert_true(p->pid >= 0);
+  if (p->pid == 0) {
+    dup2(pipefd[1], 2);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", IOF_EXAMPLES_DIR, args[0]);
+    execv(path, (char *const *)args);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  p->err = pipefd[0];
+  char line[256];
+  assert_true(read_line_fd(p->err, line, sizeof line, 5000) > 0);
+  char *at = strstr(line, "listening on ");
+  assert_non_null(at);
+  char *colon = strchr(at, ':');
+  assert_non_null(colon);
+  p->port = atoi(colon + 1);
+  assert_true(p->port > 0);
+}
+
+/* The exit status within 5 s. */
+static int wait_exit(proc *p) {
+  for (int i = 0; i < 500; i++) {
+    int st;
+    pid_t r = waitpid(p->pid, &st, WNOHANG);
+    if (r == p->pid) {
+      close(p->err);
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    sleep_ms(10);
+  }
+  kill(p->pid, SIGKILL);
+  waitpid(p->pid, NULL, 0);
+  close(p->err);
+  return -1;
+}
+
+/* SIGTERM, then the exit status. */
+static int stop_proc(proc *p) {
+  kill(p->pid, SIGTERM);
+  return wait_exit(p);
+}
+
+static int connect_port(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  return fd;
+}
+
+static int listen_any(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t al = sizeof a;
+  getsockname(fd, (struct sockaddr *)&a, &al);
+  assert_int_equal(listen(fd, 16), 0);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+static int accept_within(int l, int ms) {
+  struct pollfd p = {l, POLLIN, 0};
+  assert_int_equal(poll(&p, 1, ms), 1);
+  return accept4(l, NULL, NULL, SOCK_CLOEXEC);
+}
+
+/* Reads exactly n bytes within ms; what it got. */
+static size_t read_n(int fd, char *buf, size_t n, int ms) {
+  size_t got = 0;
+  while (got < n) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0) break;
+    ssize_t r = read(fd, buf + got, n - got);
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  return got;
+}
+
+/* 0 when fd reaches end of stream (or a reset) within ms, else -1. */
+static int eof_within(int fd, int ms) {
+  char b[64];
+  for (;;) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0) return -1;
+    ssize_t r = read(fd, b, sizeof b);
+    if (r <= 0) return 0;
+  }
+}
+
+static void help_of(const char *name) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "%s/%s --help", IOF_EXAMPLES_DIR, name);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  char line[256] = {0};
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_non_null(strstr(line, "usage:"));
+  while (fgets(line, sizeof line, f)) {
+  }
+  assert_int_equal(pclose(f), 0);
+}
+
+static void examples_print_help(void **state) {
+  (void)state;
+  help_of("proxy");
+  help_of("chat");
+  help_of("offload");
+}
+
+static void proxy_relays_half_close_and_idle(void **state) {
+  (void)state;
+  int tport;
+  int target = listen_any(&tport);
+  char tp[16];
+  snprintf(tp, sizeof tp, "%d", tport);
+  proc p;
+  const char *const args[] = {"proxy",  "0",   "127.0.0.1", tp,
+                              "--idle", "300", NULL};
+  start(&p, args);
+
+  /* Both ways, then a half-close from the client. */
+  int c = connect_port(p.port);
+  int s = accept_within(target, 5000);
+  assert_true(s >= 0);
+  assert_int_equal(write(c, "ping", 4), 4);
+  char buf[16];
+  assert_int_equal(read_n(s, buf, 4, 5000), 4);
+  assert_memory_equal(buf, "ping", 4);
+  assert_int_equal(write(s, "pong", 4), 4);
+  assert_int_equal(read_n(c, buf, 4, 5000), 4);
+  assert_memory_equal(buf, "pong", 4);
+  assert_int_equal(shutdown(c, SHUT_WR), 0);
+  assert_int_equal(eof_within(s, 5000), 0); /* the half-close arrived */
+  assert_int_equal(write(s, "bye", 3), 3);  /* the other way still flows */
+  assert_int_equal(read_n(c, buf, 3, 5000), 3);
+  assert_memory_equal(buf, "bye", 3);
+  close(s);
+  assert_int_equal(eof_within(c, 5000), 0);
+  close(c);
+
+  /* Idle: nothing either way; the proxy closes after ~300 ms. */
+  c = connect_port(p.port);
+  s = accept_within(target, 5000);
+  uint64_t t0 = iof_test_now_ns();
+  assert_int_equal(eof_within(c, 5000), 0);
+  int64_t ms = ms_since(t0);
+  assert_true(ms >= 250 && ms < 3000);
+  assert_int_equal(eof_within(s, 5000), 0);
+  close(c);
+  close(s);
+
+  /* A target that refuses: the client is closed at once. */
+  close(target);
+  c = connect_port(p.port);
+  assert_int_equal(eof_within(c, 5000), 0);
+  close(c);
+  assert_int_equal(stop_proc(&p), 0);
+}
+
+static void expect_line(int fd, const char *want) {
+  char line[256];
+  assert_true(read_line_fd(fd, line, sizeof line, 5000) >= 0);
+  assert_string_equal(line, want);
+}
+
+static void chat_broadcasts_and_shuts_down(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"chat", "0", "--max-line", "64", NULL};
+  start(&p, args);
+  int a = connect_port(p.port);
+  expect_line(a, "* you are user1");
+  int b = connect_port(p.port);
+  expect_line(b, "* you are user2");
+  expect_line(a, "* user2 joined");
+  int c = connect_port(p.port);
+  expect_line(c, "* you are user3");
+  expect_line(a, "* user3 joined");
+  expect_line(b, "* user3 joined");
+
+  assert_int_equal(write(a, "hello\n", 6), 6);
+  expect_line(b, "user1: hello");
+  expect_line(c, "user1: hello");
+  assert_int_equal(write(b, "/nick bob\nhi there\r\n", 20), 20);
+  expect_line(a, "bob: hi there");
+  expect_line(c, "bob: hi there");
+
+  /* A line over --max-line: its sender is told and dropped. */
+  char longl[101];
+  memset(longl, 'x', 99);
+  longl[99] = '\n';
+  assert_int_equal(write(c, longl, 100), 100);
+  expect_line(c, "* line too long");
+  assert_int_equal(eof_within(c, 5000), 0);
+  expect_line(a, "* user3 left");
+  expect_line(b, "* user3 left");
+  close(c);
+
+  /* Shutdown: everyone still there gets the goodbye, then the end. */
+  kill(p.pid, SIGTERM);
+  expect_line(a, "* server shutting down");
+  expect_line(b, "* server shutting down");
+  assert_int_equal(eof_within(a, 5000), 0);
+  assert_int_equal(eof_within(b, 5000), 0);
+  assert_int_equal(wait_exit(&p), 0); /* one signal was enough */
+  close(a);
+  close(b);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static uint64_t offload_hash(const char *s, long rounds) {
+  uint64_t h = fnv1a(14695981039346656037ull, s, strlen(s));
+  for (long r = 0; r < rounds; r++) {
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(h >> (8 * i));
+    h = fnv1a(14695981039346656037ull, le, 8);
+  }
+  return h;
+}
+
+static void offload_hashes_on_the_pool(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"offload",   "0", "--rounds",  "1000",
+                              "--threads", "2", "--verbose", NULL};
+  start(&p, args);
+  int c1 = connect_port(p.port), c2 = connect_port(p.port);
+  const char *lines[] = {"alpha", "", "a somewhat longer line"};
+  for (int i = 0; i < 3; i++) {
+    char msg[64];
+    int n = snprintf(msg, sizeof msg, "%s\n", lines[i]);
+    assert_int_equal(write(c1, msg, (size_t)n), n);
+    assert_int_equal(write(c2, msg, (size_t)n), n);
+  }
+  for (int i = 0; i < 3; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "%016llx pool",
+             (unsigned long long)offload_hash(lines[i], 1000));
+    expect_line(c1, want);
+    expect_line(c2, want);
+  }
+  assert_int_equal(stop_proc(&p), 0);
+  assert_int_equal(eof_within(c1, 5000), 0);
+  close(c1);
+  close(c2);
+}
+
+#else
+
+static void examples_print_help(void **state) {
+  (void)state;
+  skip();
+}
+static void proxy_relays_half_close_and_idle(void **state) {
+  (void)state;
+  skip();
+}
+static void chat_broadcasts_and_shuts_down(void **state) {
+  (void)state;
+  skip();
+}
+static void offload_hashes_on_the_pool(void **state) {
+  (void)state;
+  skip();
+}
+
+#endif
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(examples_print_help, setup, teardown),
+      cmocka_unit_test_setup_teardown(proxy_relays_half_close_and_idle, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(chat_broadcasts_and_shuts_down, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(offload_hashes_on_the_pool, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
