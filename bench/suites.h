@@ -18,3 +18,8 @@ BENCH_SUITE(pool, "thread pool (1 and 2 threads): iof_run hops and launches "
                   "vs the same on an io_context")
 BENCH_SUITE(launch, "iof_run_async to completion on an io_context vs fiber "
                     "create+resume+destroy; 150 ns goal")
+BENCH_SUITE(echo, "echo ping-pong against server processes (iofiber, raw "
+                  "libev, libuv, State Threads, thread per connection); "
+                  "--callgrind: instructions per round trip")
+BENCH_SUITE(http, "HTTP/1.1 keep-alive hello servers driven by the built-in "
+                  "generator (and wrk when installed)")
