@@ -308,7 +308,7 @@ static int run_pairs(bench_ctx *ctx, const bench_case *base,
                      const bench_case *c, double *a, double *b) {
   pairing p = {.c = {base, c},
                .run_ns = {run_ns_of(ctx, base), run_ns_of(ctx, c)},
-               .exclusive = base->arg == c->arg};
+               .exclusive = base->arg == c->arg || c->alone};
   if (p.exclusive) return bench_interleave(ctx->runs, pair_measure, &p, a, b);
   int rc = base->setup ? base->setup(base->arg) : 0;
   if (rc < 0) return rc;
@@ -605,6 +605,10 @@ static const bool col_right[NCOLS] = {false, false, false, true,  true, true,
 
 static void fmt_num(char *buf, size_t n, double v) {
   double a = fabs(v);
+  if (a >= 100 && a < 1e7 && v == floor(v)) {
+    snprintf(buf, n, "%.0f", v);
+    return;
+  }
   snprintf(buf, n,
            a >= 1e7    ? "%.3g"
            : a >= 100  ? "%.1f"

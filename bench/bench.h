@@ -32,10 +32,13 @@ typedef struct bench_case {
                            Reported only, never enforced. */
   unsigned run_ms;      /* per timed run; 0: the framework's (~60 ms, or
                            ~8 ms with --quick) */
+  bool alone;           /* never set up while its baseline is (cases whose
+                           state would slow each other down) */
   void *arg;            /* passed to setup, body and teardown. A case and
                            its baseline with different args are both set up
                            for the whole interleaved run; with the same arg
-                           each run gets its own setup+warm-up+teardown */
+                           (or `alone`) each run gets its own
+                           setup+warm-up+teardown */
   int (*setup)(void *arg);
   int (*body)(void *arg, uint64_t iters);
   void (*teardown)(void *arg);
