@@ -19,6 +19,11 @@
  * trip (/proc/PID/io syscr+syscw; epoll_wait is not among them) and its
  * user and system CPU per round trip (/proc/PID/stat).
  *
+ * The http suite runs the same matrix with HTTP/1.1 keep-alive requests
+ * (PEER.cC rows, --http servers; C = 1, 64, 1000), then, when wrk is
+ * installed (not with --quick), rows wrk.PEER.c64: `wrk -t1 -c64 -d1s`
+ * against libev and PEER alternately, 5 pairs, ns per request.
+ *
  * With --callgrind, rows ir.PEER: user-space instructions per round trip of
  * each server under valgrind --tool=callgrind (16 connections, 64 bytes):
  * the difference between a run of 12,000 and one of 2,000 round trips,
@@ -27,9 +32,12 @@
 #include "bench_net.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define IOF_TARGET (1 / 0.95) /* >= 0.95x raw libev's round trips/s */
@@ -197,6 +205,111 @@ int bench_suite_echo(bench_ctx *ctx) {
   return status;
 }
 
+/* ---- wrk ------------------------------------------------------------------
+ */
+
+#define WRK_CONNS 64
+#define WRK_PAIRS 5
+
+/* Runs wrk against port for 1 s, pinned to the generator's CPU; 0 and
+ * requests per second, or a negative errno. */
+static int wrk_run(const char *wrk, int port, double *rps) {
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0) return -errno;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(pfd[0]);
+    close(pfd[1]);
+    return -errno;
+  }
+  if (pid == 0) {
+    int cpu = bench_client_cpu();
+    if (cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      sched_setaffinity(0, sizeof set, &set);
+    }
+    dup2(pfd[1], STDOUT_FILENO);
+    execl(wrk, wrk, "-t1", "-c64", "-d1s", url, (char *)NULL);
+    _exit(127);
+  }
+  close(pfd[1]);
+  char out[4096];
+  size_t len = 0;
+  ssize_t n;
+  while ((n = read(pfd[0], out + len, sizeof out - 1 - len)) > 0) len += n;
+  close(pfd[0]);
+  out[len] = '\0';
+  int st;
+  waitpid(pid, &st, 0);
+  const char *r = strstr(out, "Requests/sec:");
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !r ||
+      sscanf(r, "Requests/sec: %lf", rps) != 1 || *rps <= 0)
+    return -EPROTO;
+  return 0;
+}
+
+static int run_wrk(bench_ctx *ctx) {
+  char wrk[4096], base_path[4096];
+  char bname[32];
+  snprintf(bname, sizeof bname, "wrk.libev.c%d", WRK_CONNS);
+  if (bench_find_program("wrk", wrk, sizeof wrk) < 0) {
+    bench_skip(ctx, bname, "wrk not installed");
+    return 0;
+  }
+  if (bench_quick(ctx)) {
+    bench_skip(ctx, bname, "wrk rows are not in --quick");
+    return 0;
+  }
+  if (bench_peer_path("libev", base_path, sizeof base_path) < 0) return 0;
+  int status = 0;
+  bool have_base = false;
+  for (size_t p = 1; p < NPEERS; p++) {
+    char name[32], path[4096];
+    snprintf(name, sizeof name, "wrk.%s.c%d", peers[p], WRK_CONNS);
+    if (bench_peer_path(peers[p], path, sizeof path) < 0) {
+      bench_skip(ctx, name, "peer not built (package missing?)");
+      continue;
+    }
+    char *av[] = {base_path, "--http", NULL}, *bv[] = {path, "--http", NULL};
+    bench_peer a = {0}, b = {0};
+    double ra[WRK_PAIRS], rb[WRK_PAIRS];
+    int rc = bench_peer_start(&a, av, 0, 10);
+    if (rc == 0) rc = bench_peer_start(&b, bv, 0, 10);
+    for (int i = 0; rc == 0 && i < WRK_PAIRS; i++) {
+      double x, y;
+      rc = wrk_run(wrk, a.port, &x);
+      if (rc == 0) rc = wrk_run(wrk, b.port, &y);
+      ra[i] = 1e9 / x; /* ns per request, like every other row */
+      rb[i] = 1e9 / y;
+    }
+    bench_peer_stop(&a);
+    bench_peer_stop(&b);
+    if (rc < 0) {
+      fprintf(stderr, "iof-bench: http/%s: wrk failed: %s\n", name,
+              strerror(-rc));
+      status = -1;
+      continue;
+    }
+    if (!have_base) {
+      bench_add_pairs(ctx, bname, "ns/request", NULL, 0, ra, ra, WRK_PAIRS);
+      bench_note(ctx, bname, "req_s", 1e9 / bench_median_of(ctx, bname));
+      have_base = true;
+    }
+    bench_add_pairs(ctx, name, "ns/request", bname,
+                    strcmp(peers[p], "iofiber") == 0 ? IOF_TARGET : 0, ra, rb,
+                    WRK_PAIRS);
+    bench_note(ctx, name, "req_s", 1e9 / bench_median_of(ctx, name));
+  }
+  return status;
+}
+
 int bench_suite_http(bench_ctx *ctx) {
-  return run_matrix(ctx, true);
+  int status = run_matrix(ctx, true);
+  if (run_wrk(ctx) < 0) status = -1;
+  return status;
 }
