@@ -1,6 +1,7 @@
 /* iof-bench-st: State Threads (libst), the classic C green-thread
  * library: one st_thread per connection on a --stack sized stack (64 KiB
  * by default), blocking-style st_read/st_write. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -44,12 +45,18 @@ int main(int argc, char **argv) {
     memcpy(http_block + i * PEER_HTTP_RESPONSE_LEN, PEER_HTTP_RESPONSE,
            PEER_HTTP_RESPONSE_LEN);
   /* epoll: the default select backend stops at FD_SETSIZE descriptors. */
-  st_set_eventsys(ST_EVENTSYS_ALT);
-  if (st_init() < 0) return 1;
+  if (st_set_eventsys(ST_EVENTSYS_ALT) < 0) perror("st_set_eventsys");
+  if (st_init() < 0) {
+    perror("st_init");
+    return 1;
+  }
   int port;
   int lfd = peer_listen(&opts, false, &port);
   st_netfd_t l = st_netfd_open_socket(lfd);
-  if (!l) return 1;
+  if (!l) {
+    perror("st_netfd_open_socket");
+    return 1;
+  }
   peer_ready(port);
   for (;;) {
     st_netfd_t c = st_accept(l, NULL, NULL, ST_UTIME_NO_TIMEOUT);
