@@ -232,6 +232,7 @@ static int calibrate(uint64_t run_ns, const bench_case *c, uint64_t *iters) {
   double want = (double)run_ns / per;
   if (want < 1) want = 1;
   if (want > (double)BENCH_ITERS_MAX) want = (double)BENCH_ITERS_MAX;
+  if (want < (double)c->min_iters) want = (double)c->min_iters;
   *iters = (uint64_t)want;
   return 0;
 }

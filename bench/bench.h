@@ -32,6 +32,8 @@ typedef struct bench_case {
                            Reported only, never enforced. */
   unsigned run_ms;      /* per timed run; 0: the framework's (~60 ms, or
                            ~8 ms with --quick) */
+  uint64_t min_iters;   /* calibration never picks fewer (e.g. enough round
+                           trips for every connection to take part) */
   bool alone;           /* never set up while its baseline is (cases whose
                            state would slow each other down) */
   void *arg;            /* passed to setup, body and teardown. A case and

@@ -541,6 +541,9 @@ bench_case bench_net_case_make(bench_net_case *nc, const char *baseline,
                   .baseline = baseline,
                   .target = target,
                   .run_ms = run_ms,
+                  /* throughput, not one connection's latency: every
+                   * connection makes several round trips per run */
+                  .min_iters = 8 * (uint64_t)nc->k + 64,
                   .arg = nc,
                   .setup = net_setup,
                   .body = net_body,
