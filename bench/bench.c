@@ -20,7 +20,7 @@
 #define BENCH_RUNS_FULL 9
 #define BENCH_RUNS_QUICK 5
 #define BENCH_ITERS_MAX ((uint64_t)1 << 32)
-#define BENCH_NOTES_MAX 8
+#define BENCH_NOTES_MAX 12
 
 typedef struct bench_note_kv {
   const char *key;
@@ -575,6 +575,8 @@ static void print_csv(const bench_ctx *ctx) {
     printf(",%s,", r->error ? "failed" : r->skipped ? "skipped" : "ok");
     for (int k = 0; ok && k < r->nnotes; k++)
       printf("%s%s=%.6g", k ? ";" : "", r->notes[k].key, r->notes[k].value);
+    for (const char *p = r->skipped; p && *p; p++) /* the reason */
+      putchar(*p == ',' ? ';' : *p == '\n' ? ' ' : *p);
     putchar('\n');
   }
 }

@@ -47,6 +47,7 @@ static int measure(const idle_peer *ip, int n, double *kib) {
   bench_gen g;
   rc = bench_gen_open(&g, p.port, n, msg, sizeof msg, sizeof msg);
   if (rc == 0) {
+    g.timeout_ms = 60000; /* a server may be slow to take N connections */
     rc = bench_gen_run(&g, (uint64_t)n); /* one round trip each */
     long after = bench_proc_rss_kib(p.pid);
     if (rc == 0 && (before < 0 || after < 0)) rc = -EIO;

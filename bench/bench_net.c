@@ -218,12 +218,22 @@ int bench_proc_read(pid_t pid, bench_proc *out) {
    * utime 14, stime 15. */
   char *p = strrchr(buf, ')');
   unsigned long long ut, st;
-  if (!p ||
-      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-             &ut, &st) != 2)
+  long nthr;
+  if (!p || sscanf(p + 2,
+                   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
+                   "%*d %*d %*d %*d %ld",
+                   &ut, &st, &nthr) != 3)
     return -EPROTO;
   out->utime = ut;
   out->stime = st;
+  out->threads = nthr;
+  snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
+  f = fopen(path, "r");
+  if (f) {
+    unsigned long long ns;
+    if (fscanf(f, "%llu", &ns) == 1) out->cpu_ns = ns;
+    fclose(f);
+  }
   return 0;
 }
 
@@ -398,7 +408,8 @@ static void *gen_thread(void *arg) {
     rc = gen_send(g, i);
   }
   while (rc == 0 && g->done < g->target) {
-    int n = epoll_wait(g->ep, evs, 256, 10000);
+    int n =
+        epoll_wait(g->ep, evs, 256, g->timeout_ms > 0 ? g->timeout_ms : 10000);
     if (n < 0) {
       if (errno == EINTR) continue;
       rc = -errno;
@@ -530,6 +541,10 @@ static int net_body(void *arg, uint64_t iters) {
     nc->stime += b.stime - a.stime;
     nc->rts += iters;
     nc->proc_ok = true;
+    if (a.threads == 1 && b.threads == 1 && b.cpu_ns) {
+      nc->cpu_ns += b.cpu_ns - a.cpu_ns;
+      nc->cpu_rts += iters;
+    }
   }
   return 0;
 }
@@ -562,6 +577,9 @@ void bench_net_notes(bench_ctx *ctx, const bench_net_case *nc) {
   if (nc->sc_rts)
     bench_note(ctx, nc->name, "sys_rt",
                (double)nc->all_syscalls / (double)nc->sc_rts);
+  if (nc->cpu_rts)
+    bench_note(ctx, nc->name, "cpu_us_rt",
+               (double)nc->cpu_ns / 1e3 / (double)nc->cpu_rts);
   if (nc->proc_ok && nc->rts) {
     double rt = (double)nc->rts, us_per_tick = 1e6 / bench_ticks_per_s();
     bench_note(ctx, nc->name, "rw_rt", (double)nc->syscalls / rt);

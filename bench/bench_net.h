@@ -47,6 +47,9 @@ typedef struct bench_proc {
   uint64_t syscalls;     /* read-type + write-type system calls (/proc/PID/io
                             syscr + syscw): read, write, readv, writev... */
   uint64_t utime, stime; /* clock ticks (/proc/PID/stat) */
+  uint64_t cpu_ns;       /* on-CPU time of the main thread in ns
+                            (/proc/PID/schedstat) */
+  long threads;          /* threads in the process */
 } bench_proc;
 
 int bench_proc_read(pid_t pid, bench_proc *out);
@@ -80,6 +83,7 @@ typedef struct bench_gen {
   size_t req_len, resp_len;
   uint64_t target, issued, done;
   int error;
+  int timeout_ms; /* no answer for this long fails a run; 0: 10 s */
   uint64_t hist[BENCH_HIST_BUCKETS];
   uint64_t nlat;
 } bench_gen;
@@ -90,7 +94,7 @@ typedef struct bench_gen {
 int bench_gen_open(bench_gen *g, int port, int k, const char *req,
                    size_t req_len, size_t resp_len);
 /* Performs n round trips over the connections; 0, or -ETIMEDOUT when no
- * answer came for 10 s, -ECONNRESET, ... */
+ * answer came for timeout_ms, -ECONNRESET, ... */
 int bench_gen_run(bench_gen *g, uint64_t n);
 void bench_gen_close(bench_gen *g);
 /* Latency percentile (0..100) in ns over every run so far; NAN if none. */
@@ -130,6 +134,7 @@ typedef struct bench_net_case {
   /* accumulated */
   uint64_t hist[BENCH_HIST_BUCKETS], nlat;
   uint64_t syscalls, utime, stime, rts;
+  uint64_t cpu_ns, cpu_rts; /* single-threaded servers only */
   bool proc_ok;
   int sc_fd; /* bench_syscall_counter_open, or -1 */
   uint64_t all_syscalls, sc_rts;
@@ -142,7 +147,8 @@ bench_case bench_net_case_make(bench_net_case *nc, const char *baseline,
 /* Notes on nc's row: rt_s, p50_us, p99_us, sys_rt (every server system
  * call per round trip, when perf tracepoints are readable), rw_rt (its
  * read/write-type calls: read, write, readv, writev, not send/recv or
- * epoll_wait), user_us_rt and sys_us_rt (server CPU, 10 ms ticks). */
+ * epoll_wait), cpu_us_rt (server CPU, ns-precise, single-threaded
+ * servers), user_us_rt and sys_us_rt (its split, in 10 ms ticks). */
 void bench_net_notes(bench_ctx *ctx, const bench_net_case *nc);
 
 /* Latency percentile from a histogram (see bench_gen). */

@@ -55,7 +55,7 @@ md_table() {
     NR == 1 { print "| bench | case | median | unit | baseline | ratio | spread | target | notes |"
               print "|---|---|---|---|---|---|---|---|---|"; next }
     keep() {
-      if ($12 != "ok") { printf "| %s | %s | %s | | | | | | |\n", $1, $2, $12; next }
+      if ($12 != "ok") { printf "| %s | %s | %s | | | | | | %s |\n", $1, $2, $12, $13; next }
       tgt = ""
       if ($11 != "") tgt = sprintf("<= %.2f %s", $11, ($8 <= $11 ? "met" : "MISSED"))
       noisy = ($10 == "1") ? " noisy" : ""
