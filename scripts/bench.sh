@@ -5,6 +5,8 @@
 #        build/bench.csv, docs/bench-results.md (every row, with the machine
 #        and the date), docs/img/echo-throughput.png and
 #        docs/img/echo-instructions.png, and the README's table; ~10 minutes
+#   scripts/bench.sh --render     -> the same files from the last build/bench.csv
+#        (no new measurement; the date and machine are those of now)
 #   scripts/bench.sh ARGS...      -> iof-bench ARGS...
 # Installs missing Debian packages first (root, or sudo), including the
 # benchmark's peers (libuv, State Threads) and tools (wrk, valgrind,
@@ -28,14 +30,19 @@ fi
 if (($# == 0)); then
   set -- --quick
 fi
-if [[ "$1" != "--report" ]]; then
+if [[ "$1" != "--report" && "$1" != "--render" ]]; then
   exec "$bench" "$@"
 fi
 
-# ---- --report ---------------------------------------------------------------
+# ---- --report / --render ------------------------------------------------------
 csv=build/bench.csv
-"$bench" --callgrind --csv >"$csv.tmp" || echo "bench.sh: some rows failed (see above)" >&2
-mv "$csv.tmp" "$csv"
+if [[ "$1" == "--report" ]]; then
+  "$bench" --callgrind --csv >"$csv.tmp" || echo "bench.sh: some rows failed (see above)" >&2
+  mv "$csv.tmp" "$csv"
+elif [[ ! -s "$csv" ]]; then
+  echo "bench.sh: --render needs $csv from an earlier --report" >&2
+  exit 1
+fi
 
 cpu=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 machine="$(nproc) CPUs ($cpu), $(uname -sr), $(cc --version | head -1), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
