@@ -189,18 +189,25 @@ void iof__fiber_free(iof_fiber *f) {
    * inherit it. */
   __asan_unpoison_memory_region(base, size);
 #endif
+  f->state = IOF_FS_FREED;
   alloc->vtbl->deallocate(alloc, base, size);
 }
 
 int iof_fiber_destroy(iof_fiber *f) {
   if (!f) return -EINVAL;
+#ifdef IOF_ASAN
+  /* A freed frame is poisoned (pool cache, or freed heap): refuse without
+   * touching it. Other calls on it are reported by ASan. */
+  if (__asan_address_is_poisoned(&f->state)) return -EINVAL;
+#endif
+  if (f->state == IOF_FS_FREED) return -EINVAL;
   if (f->state == IOF_FS_RUNNING || f->state == IOF_FS_SUSPENDED) return -EBUSY;
   iof__fiber_free(f);
   return 0;
 }
 
 int iof_fiber_resume(iof_fiber *f) {
-  if (!f || f->state == IOF_FS_DONE) return -EINVAL;
+  if (!f || f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
   if (f->state == IOF_FS_RUNNING) return -EBUSY;
   iof_thread_state *th = iof__thread();
   iof_fiber *self = th->current;
@@ -240,7 +247,8 @@ int iof_fiber_transfer(iof_fiber *next) {
   iof_thread_state *th = iof__thread();
   iof_fiber *self = th->current;
   if (self == &th->root) return -EPERM;
-  if (!next || next->state == IOF_FS_DONE) return -EINVAL;
+  if (!next || next->state == IOF_FS_DONE || next->state == IOF_FS_FREED)
+    return -EINVAL;
   if (next->state == IOF_FS_RUNNING) return -EBUSY;
   next->resumer = self->resumer;
   next->state = IOF_FS_RUNNING;

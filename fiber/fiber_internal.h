@@ -13,7 +13,10 @@ enum iof_fiber_state {
   IOF_FS_CREATED,
   IOF_FS_RUNNING,
   IOF_FS_SUSPENDED,
-  IOF_FS_DONE
+  IOF_FS_DONE,
+  /* Written into the control block when the frame is freed: a second
+   * destroy of a frame still cached by its pool sees it. */
+  IOF_FS_FREED = 0x0f5eed
 };
 
 /* The control block lives at the top of the fiber's own frame; its tail is

@@ -1,5 +1,6 @@
 /* Stack mappings with a guard page, and the two simplest frame allocators. */
 #include "fiber/stack_map.h"
+#include "fiber/sanitizer.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -24,6 +25,10 @@ void *iof__stack_map(size_t size) {
 
 void iof__stack_unmap(void *base, size_t size) {
   size_t page = iof__page_size();
+#ifdef IOF_ASAN
+  /* A pooled stack may be poisoned; the next mapping here must not be. */
+  __asan_unpoison_memory_region(base, size);
+#endif
   munmap((char *)base - page, size + page);
 }
 

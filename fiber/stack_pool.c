@@ -24,6 +24,7 @@
  *   atomics touched only on slow paths (mmap, munmap, errors, depot).
  * All figures are exact whenever no allocation or free is in flight. */
 #include "fiber/stack_map.h"
+#include "fiber/sanitizer.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -34,6 +35,16 @@
 #include <sys/mman.h>
 
 #define CACHE_SLOTS 4
+
+/* Under ASan a cached stack is poisoned but for its link (the top 64
+ * bytes), so that a use of a destroyed fiber's frame is reported. */
+#ifdef IOF_ASAN
+#define POISON_CACHED(base, size) __asan_poison_memory_region(base, (size)-64)
+#define UNPOISON(base, size) __asan_unpoison_memory_region(base, size)
+#else
+#define POISON_CACHED(base, size) ((void)(base), (void)(size))
+#define UNPOISON(base, size) ((void)(base), (void)(size))
+#endif
 
 /* A free stack's link lives in its top page, which a used stack has always
  * touched, so caching costs no extra resident page. */
@@ -289,6 +300,9 @@ static void *refill(iof_stack_pool *p, pool_cache *c) {
     }
     atomic_store_explicit(&c->n, n, memory_order_relaxed);
   }
+  /* Only a cached stack was poisoned: a fresh mapping's shadow is left
+   * untouched (unpoisoning it would fault in shadow pages). */
+  UNPOISON(base_of(got, p->stack_size), p->stack_size);
   return base_of(got, p->stack_size);
 }
 
@@ -331,6 +345,7 @@ static __attribute__((noinline)) void *alloc_slow(iof_stack_pool *p,
                           atomic_load_explicit(&c->n, memory_order_relaxed) - 1,
                           memory_order_relaxed);
     base = base_of(s, size);
+    UNPOISON(base, size);
   } else {
     base = refill(p, c);
     if (!base) {
@@ -354,6 +369,7 @@ static void *pool_allocate(iof_frame_allocator *self, size_t size) {
           &c->n, atomic_load_explicit(&c->n, memory_order_relaxed) - 1,
           memory_order_relaxed);
       count_alloc(p, c);
+      UNPOISON(base_of(s, size), size);
       return base_of(s, size);
     }
   }
@@ -401,6 +417,7 @@ static __attribute__((noinline)) void dealloc_slow(iof_stack_pool *p,
     size = p->stack_size;
   }
   stack_node *s = node_of(base, size);
+  POISON_CACHED(base, size);
   pool_cache *c = get_cache(p);
   if (c) {
     s->next = c->head;
@@ -427,6 +444,7 @@ static void pool_deallocate(iof_frame_allocator *self, void *base,
     size_t n = atomic_load_explicit(&c->n, memory_order_relaxed) + 1;
     if (__builtin_expect(n <= p->cache_max, 1)) {
       stack_node *s = node_of(base, size);
+      POISON_CACHED(base, size);
       s->next = c->head;
       c->head = s;
       atomic_store_explicit(&c->n, n, memory_order_relaxed);

@@ -28,15 +28,22 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents) {
 
 /* Starting and stopping the timer are libev calls: done from the io
  * context's thread, through a hop when the fiber runs elsewhere. */
-static void start_timer(deadline *d, int64_t ns) {
+static int start_timer(deadline *d, int64_t ns) {
   bool hopped;
-  if (iof__io_enter(d->io, &hopped) < 0) return;
+  int r = iof__io_enter(d->io, &hopped);
+  if (r < 0) return r;
+  r = iof__ev_mem_ok();
+  if (r < 0) {
+    iof__io_leave(d->io, hopped);
+    return r;
+  }
   ev_timer_init(&d->timer, on_timer, (double)ns / 1e9, 0.);
   d->timer.data = d;
   ev_now_update(d->io->loop);
   ev_timer_start(d->io->loop, &d->timer);
   iof_executor_on_work_started(iof_io_context_executor(d->io));
   iof__io_leave(d->io, hopped);
+  return 0;
 }
 
 static void stop_timer(deadline *d) {
@@ -62,7 +69,12 @@ int iof_with_deadline(int64_t ns, iof_fn fn, void *arg) {
     atomic_store(&d.fired, true);
     iof_stop_source_request(&d.child);
   } else {
-    start_timer(&d, ns);
+    int sr = start_timer(&d, ns);
+    if (sr < 0) { /* no deadline could be set: fn must not run unbounded */
+      iof_stop_callback_unregister(&parent);
+      iof_stop_source_destroy(&d.child);
+      return sr;
+    }
   }
   iof_launch_opts opts = {0};
   opts.stop_token = iof_stop_source_token(&d.child);

@@ -194,6 +194,13 @@ static const iof_service_key io_service_key = {
     "iofiber.io", io_service_create, io_service_shutdown, io_service_destroy};
 
 static iof_io_context *make(struct ev_loop *loop, bool own) {
+  /* The async watcher may make libev create its pipe: a descriptor must
+   * be free (libev would abort otherwise), and memory for its arrays. */
+  int fe = iof__ev_fd_probe();
+  if (fe < 0 || iof__ev_mem_ok() < 0) {
+    errno = fe < 0 ? -fe : ENOMEM;
+    return NULL;
+  }
   iof_io_context *io = calloc(1, sizeof *io);
   if (!io || iof_execution_context_init(&io->ctx) != 0) {
     free(io);
@@ -212,6 +219,18 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
   pthread_mutex_init(&io->rlock, NULL);
   ev_async_init(&io->wake, wake_cb);
   ev_async_start(loop, &io->wake);
+  int se = iof__ev_syserr_take();
+  if (se) {
+    /* Another thread took the probed descriptor: libev got the reserved
+     * pair instead. An owned loop goes (closing its pipe); a host's loop
+     * keeps the pipe it now has. */
+    ev_async_stop(loop, &io->wake);
+    iof_execution_context_destroy(&io->ctx);
+    pthread_mutex_destroy(&io->rlock);
+    free(io);
+    errno = se == ENFILE ? ENFILE : EMFILE;
+    return NULL;
+  }
   ev_idle_init(&io->idle, idle_cb);
   ev_timer_init(&io->deadline, deadline_cb, 0., 0.);
   if (!own) {
@@ -225,9 +244,16 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
 }
 
 iof_io_context *iof_io_context_create(void) {
+  iof__ev_init();
+  if (iof__ev_mem_ok() < 0) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  errno = 0;
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
   if (!loop) {
-    errno = ENOMEM;
+    /* epoll_create's errno survives libev's cleanup. */
+    errno = errno == EMFILE || errno == ENFILE ? errno : ENOMEM;
     return NULL;
   }
   iof_io_context *io = make(loop, true);
@@ -240,6 +266,7 @@ iof_io_context *iof_io_context_attach(struct ev_loop *loop) {
     errno = EINVAL;
     return NULL;
   }
+  iof__ev_init();
   return make(loop, false);
 }
 
@@ -263,10 +290,14 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
                  int64_t timeout_ns) {
   if (!io) return -EINVAL;
   int expect = 0;
+  if (timeout_ns >= 0 && iof__ev_mem_ok() < 0) return -ENOMEM;
   if (!atomic_compare_exchange_strong(&io->running, &expect, 1)) return -EBUSY;
   iof_run_mark mark;
   iof__run_mark_push(&mark, &io->ctx);
   io->timed_out = false; /* a past run_for's expiry must not end this run */
+  /* Running out of work is no stop: a fiber launched since then is run
+   * now, never lost behind a stop nobody asked for. */
+  atomic_store(&io->idle_stopped, false);
   if (timeout_ns >= 0) {
     ev_now_update(io->loop);
     ev_timer_set(&io->deadline, (double)timeout_ns / 1e9, 0.);
@@ -277,7 +308,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
     ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : -1);
     if (max_fibers >= 0 && ran >= max_fibers) break;
     if (idle_now(io)) {
-      atomic_store(&io->stopped, true);
+      atomic_store(&io->idle_stopped, true);
       break;
     }
     if (!wait) {
@@ -322,11 +353,13 @@ void iof_io_context_stop(iof_io_context *io) {
 }
 
 bool iof_io_context_stopped(const iof_io_context *io) {
-  return io && atomic_load(&io->stopped);
+  return io && (atomic_load(&io->stopped) || atomic_load(&io->idle_stopped));
 }
 
 void iof_io_context_restart(iof_io_context *io) {
-  if (io) atomic_store(&io->stopped, false);
+  if (!io) return;
+  atomic_store(&io->stopped, false);
+  atomic_store(&io->idle_stopped, false);
 }
 
 int iof_io_context_destroy(iof_io_context *io) {
@@ -358,8 +391,13 @@ int iof_io_context_destroy(iof_io_context *io) {
     iof__drain_one(f);
   }
   iof__run_mark_pop(&mark);
+  /* As the thread pool: a chain still counted would be woken into freed
+   * memory; keep the context (shut down) for a later destroy. */
   long left = atomic_load(&io->work);
-  if (left > 0) iof__report_stuck("io_context", (size_t)left);
+  if (left > 0) {
+    iof__report_stuck("io_context", (size_t)left);
+    return -EBUSY;
+  }
   iof_execution_context_destroy(&io->ctx);
   if (!io->own_loop) {
     if (io->wake.data) ev_unref(io->loop);

@@ -24,7 +24,9 @@ struct iof_io_context {
   iof_fiber_queue remote;
   atomic_bool remote_pending;
   atomic_long work;
-  atomic_bool stopped;
+  atomic_bool stopped;      /* iof_io_context_stop: holds until restart */
+  atomic_bool idle_stopped; /* the last run ran out of work: reported by
+                               stopped(), cleared by the next run */
   atomic_int running;
   bool timed_out;
   struct iof_socket *sockets; /* open sockets, closed at destroy */
@@ -92,6 +94,18 @@ IOF_HIDDEN bool iof__wait_cancel(iof_wait *w, int result);
  * while no thread runs io (0), else -EPERM. */
 IOF_HIDDEN int iof__io_enter(iof_io_context *io, bool *hopped);
 IOF_HIDDEN void iof__io_leave(iof_io_context *io, bool hopped);
+
+/* libev's failure paths (ev_guard.c). iof__ev_init installs the allocator
+ * and syserr callback once, before the first loop. iof__ev_mem_ok: 0, or
+ * -ENOMEM when libev's emergency reserve is spent and cannot be refilled;
+ * call it before registering anything with libev. iof__ev_fd_probe: 0 if
+ * a descriptor is free for libev's async pipe, else -EMFILE/-ENFILE.
+ * iof__ev_syserr_take: the errno of a syserr libev reported on this thread
+ * since the probe (0: none), cleared. */
+IOF_HIDDEN void iof__ev_init(void);
+IOF_HIDDEN int iof__ev_mem_ok(void);
+IOF_HIDDEN int iof__ev_fd_probe(void);
+IOF_HIDDEN int iof__ev_syserr_take(void);
 
 /* Closes and frees every socket still open on io (its destroy). */
 IOF_HIDDEN void iof__io_close_all(iof_io_context *io);

@@ -177,10 +177,29 @@ int iof__gai_errno(int gai) {
   }
 }
 
+int iof__port_check(const char *service) {
+  if (!service) return 0;
+  const char *p = service;
+  while (*p == ' ' || *p == '\t') p++;
+  /* getaddrinfo reads any number (with sign) as a port and keeps its low
+   * 16 bits: "98304" would bind 32768. A service that starts like a number
+   * must be a plain decimal 0-65535; names ("http") are left to it. */
+  if (!(*p >= '0' && *p <= '9') && *p != '-' && *p != '+') return 0;
+  if (p != service) return -EINVAL;
+  unsigned long v = 0;
+  for (; *p; p++) {
+    if (*p < '0' || *p > '9') return -EINVAL;
+    v = v * 10 + (unsigned long)(*p - '0');
+    if (v > 65535) return -EINVAL;
+  }
+  return 0;
+}
+
 int iof_resolve(iof_io_context *io, const char *host, const char *service,
                 const struct addrinfo *hints, struct addrinfo **res) {
   if (!io || !res || (!host && !service)) return -EINVAL;
   *res = NULL;
+  if (iof__port_check(service) < 0) return -EINVAL;
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return -EPERM;
   if (iof_stop_requested(self->env->stop_token)) return -ECANCELED;

@@ -35,9 +35,25 @@ static void wake_first(iof_wait *list) {
     if (iof__wait_complete(w, 0)) return;
 }
 
+static void fail_all(iof_wait *list, int err) {
+  for (iof_wait *w = list, *next; w; w = next) {
+    next = w->next; /* completing unlinks w */
+    iof__wait_complete(w, err);
+  }
+}
+
 static void on_io(struct ev_loop *loop, ev_io *ew, int revents) {
-  (void)loop;
   iof_socket *s = ew->data;
+  if (revents & EV_ERROR) {
+    /* The kernel refused to watch the descriptor (epoll_ctl: ENOMEM,
+     * ENOSPC): libev stopped the watcher. Waking the waiters as if ready
+     * would make them wait again on a watcher that no longer exists. */
+    ev_io_stop(loop, ew);
+    s->interest = 0;
+    fail_all(s->rd, -ENOMEM);
+    fail_all(s->wr, -ENOMEM);
+    return;
+  }
   int drop = 0;
   if (revents & EV_READ) {
     if (s->rd)
@@ -464,8 +480,8 @@ typedef struct fd_wait {
 
 static void on_fd(struct ev_loop *loop, ev_io *ew, int revents) {
   (void)loop;
-  (void)revents;
-  iof__wait_complete(ew->data, 0);
+  /* EV_ERROR: the kernel refused to watch it (see on_io). */
+  iof__wait_complete(ew->data, revents & EV_ERROR ? -ENOMEM : 0);
 }
 
 static int fd_arm(iof_wait *w) {

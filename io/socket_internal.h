@@ -37,6 +37,10 @@ IOF_HIDDEN int iof__socket_wait(iof_socket *s, int dir);
 /* The usual checks of a call on s: -EINVAL (NULL), -EBADF (closed). */
 IOF_HIDDEN int iof__socket_check(const iof_socket *s);
 
+/* -EINVAL for a numeric service outside 0-65535 (or a malformed number),
+ * which getaddrinfo would silently truncate to 16 bits; 0 otherwise. */
+IOF_HIDDEN int iof__port_check(const char *service);
+
 /* The -errno of a failed getaddrinfo, for callers that only need one. */
 IOF_HIDDEN int iof__gai_errno(int gai);
 

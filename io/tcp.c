@@ -56,6 +56,7 @@ static int lookup(iof_io_context *io, const char *host, const char *port,
   hints.ai_socktype = socktype;
   hints.ai_flags = passive ? AI_PASSIVE : AI_ADDRCONFIG;
   if (host && !*host) host = NULL;
+  if (iof__port_check(port) < 0) return -EINVAL;
   iof_fiber *self = iof_fiber_current();
   if (self && self->env) return iof_resolve(io, host, port, &hints, res);
   int gai = getaddrinfo(host, port, &hints, res);

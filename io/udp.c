@@ -17,7 +17,7 @@ int iof_udp_open(iof_io_context *io, int family, iof_socket **out) {
 
 int iof_udp_bind(iof_io_context *io, const char *host, const char *port,
                  iof_socket **out) {
-  if (!io || !port || !out) return -EINVAL;
+  if (!io || !port || !out || iof__port_check(port) < 0) return -EINVAL;
   struct addrinfo hints, *res;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;

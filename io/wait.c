@@ -87,6 +87,7 @@ static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
   /* A fiber that hopped here from another executor may arrive once the
    * shutdown has cancelled what was armed: it must not arm now. */
   int r = iof_execution_context_stopping(&io->ctx) ? -ECANCELED : 0;
+  if (r == 0) r = iof__ev_mem_ok(); /* libev must be able to grow */
   if (r == 0 && w->arm) r = w->arm(w);
   if (r < 0) {
     atomic_store_explicit(&w->claimed, 1, memory_order_relaxed);

@@ -39,9 +39,9 @@ bool iof__refuse_after_shutdown(const iof_execution_context *ctx,
 
 void iof__report_stuck(const char *what, size_t n) {
   fprintf(stderr,
-          "iofiber: %s destroyed with %zu unit(s) of work outstanding "
+          "iofiber: %s destroy: %zu unit(s) of work outstanding "
           "(suspended fibers that never finished, or work guards); "
-          "their frames are leaked\n",
+          "-EBUSY, the context stays shut down until they end\n",
           what, n);
 }
 
@@ -52,7 +52,8 @@ iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h) {
   }
   int r = ex.vt->dispatch(ex.ex, h);
   if (r > 0) return h;
-  if (r < 0) errno = -r;
+  /* One report for NULL: errno 0 means queued, anything else refused. */
+  errno = r < 0 ? -r : 0;
   return NULL;
 }
 

@@ -13,6 +13,9 @@ struct iof_strand {
   pthread_mutex_t lock;
   iof_fiber_queue q;
   bool busy;
+  /* Work counted through the strand (its chains, guards): a chain that is
+   * suspended holds no lock yet will come back through the strand. */
+  atomic_long work;
 };
 
 /* Hands the strand (already marked busy) to h on the inner executor. A
@@ -87,11 +90,17 @@ static iof_execution_context *strand_context(const void *ex) {
 }
 
 static void strand_work_started(const void *ex) {
-  iof_executor_on_work_started(((const iof_strand *)ex)->inner);
+  iof_strand *s = (iof_strand *)ex;
+  atomic_fetch_add_explicit(&s->work, 1, memory_order_relaxed);
+  iof_executor_on_work_started(s->inner);
 }
 
 static void strand_work_finished(const void *ex) {
-  iof_executor_on_work_finished(((const iof_strand *)ex)->inner);
+  iof_strand *s = (iof_strand *)ex;
+  /* Read inner first: once the count drops, destroy may free s. */
+  iof_executor_ref inner = s->inner;
+  atomic_fetch_sub_explicit(&s->work, 1, memory_order_release);
+  iof_executor_on_work_finished(inner);
 }
 
 static const iof_executor_vtbl strand_vtbl = {
@@ -116,7 +125,8 @@ iof_strand *iof_strand_create(iof_executor_ref inner) {
 int iof_strand_destroy(iof_strand *s) {
   if (!s) return -EINVAL;
   pthread_mutex_lock(&s->lock);
-  bool busy = s->busy || s->q.head;
+  bool busy = s->busy || s->q.head ||
+              atomic_load_explicit(&s->work, memory_order_acquire) > 0;
   pthread_mutex_unlock(&s->lock);
   if (busy) return -EBUSY;
   pthread_mutex_destroy(&s->lock);

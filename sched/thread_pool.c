@@ -165,8 +165,14 @@ int iof_thread_pool_destroy(iof_thread_pool *p) {
     iof__drain_one(f);
   }
   iof__run_mark_pop(&mark);
+  /* A chain still counted is suspended on something outside the pool (or
+   * a guard is held): its wake would post to freed memory. Keep the pool,
+   * shut down and without threads; a later destroy drains it again. */
   long left = atomic_load(&p->work);
-  if (left > 0) iof__report_stuck("thread pool", (size_t)left);
+  if (left > 0) {
+    iof__report_stuck("thread pool", (size_t)left);
+    return -EBUSY;
+  }
   iof_execution_context_destroy(&p->ctx);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->lock);

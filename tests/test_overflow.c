@@ -97,7 +97,23 @@ static void run(iof_fiber *f) {
   if (iof_fiber_resume(f) != 0) _exit(92);
 }
 
+/* One frame of 80,000 bytes on a 64 KiB stack: without stack-clash
+ * probing the stack pointer jumps over the guard page into whatever lies
+ * below (here another fiber's stack) and the writes land there silently. */
+static __attribute__((noinline)) int big_frame(int n) {
+  volatile char buf[80000];
+  buf[0] = (char)n;
+  buf[sizeof buf - 1] = (char)(n + 1);
+  return buf[0] + buf[sizeof buf - 1];
+}
+
+static int big_frame_fiber(void *arg) {
+  (void)arg;
+  return big_frame(never);
+}
+
 enum scenario {
+  SC_BIG_FRAME,      /* "big": an 80,000-byte frame, default 64 KiB stack */
   SC_DEFAULT_ALLOC,  /* "deep", 16 KiB from the default allocator */
   SC_POOL,           /* "deep", a pool of 16 KiB stacks */
   SC_MMAP,           /* "deep", the mmap allocator, 64 KiB */
@@ -166,6 +182,16 @@ static void install_user_handler(void) {
 
 static void child(enum scenario sc) {
   switch (sc) {
+  case SC_BIG_FRAME: {
+    /* Stacks are mapped top-down: the second one (kept alive, never run)
+     * lies right under the first one's guard page. */
+    iof_fiber *f = make(NULL, IOF_FIBER_STACK_DEFAULT, big_frame_fiber, "big");
+    iof_fiber *below =
+        iof_fiber_create(NULL, IOF_FIBER_STACK_DEFAULT, big_frame_fiber, NULL);
+    if (!below) _exit(97);
+    run(f);
+    break;
+  }
   case SC_DEFAULT_ALLOC:
     run(make(NULL, SMALL, deep_fiber, "deep"));
     break;
@@ -365,6 +391,15 @@ static void test_overflow_thread(void **state) {
   expect_overflow(SC_THREAD, "deep");
 }
 
+/* Rule: one frame larger than the guard page is still an overflow (the
+ * library and its users are built with -fstack-clash-protection, so the
+ * frame is probed page by page and the first probe under the stack hits
+ * the guard). */
+static void test_overflow_large_frame(void **state) {
+  (void)state;
+  expect_overflow(SC_BIG_FRAME, "big");
+}
+
 static void test_overflow_names(void **state) {
   (void)state;
   expect_overflow(SC_LONG_NAME, "0123456789abcdefghijklmnopqrstu");
@@ -444,6 +479,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_overflow_pool),
       cmocka_unit_test(test_overflow_mmap),
       cmocka_unit_test(test_overflow_thread),
+      cmocka_unit_test(test_overflow_large_frame),
       cmocka_unit_test(test_overflow_names),
       cmocka_unit_test(test_overflow_with_user_handler),
       cmocka_unit_test(test_null_write_in_fiber),

@@ -13,6 +13,7 @@
 #include <iofiber/iofiber.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -572,9 +573,11 @@ static void destroy_runs_ready_fiber_whose_next_await_fails(void **state) {
 /* ---- a fiber nobody will ever wake: reported, destroy returns
  * ------------------- */
 
+static iof_fiber *_Atomic dropped; /* the fiber nobody wakes (yet) */
+
 static iof_fiber *drop_suspend(void *self, iof_fiber *h, const iof_env *env) {
-  (void)h;
   (void)env;
+  atomic_store(&dropped, h);
   atomic_store((atomic_int *)self, 1);
   return NULL;
 }
@@ -606,12 +609,48 @@ static void destroy_reports_a_fiber_that_will_not_end(void **state) {
   fflush(stderr);
   dup2(saved, 2);
   close(saved);
-  assert_int_equal(r, 0);
+  /* Rule: a context is never freed under a chain still counted on it
+   * (its wake would touch freed memory): -EBUSY, the context kept. */
+  assert_int_equal(r, -EBUSY);
   char buf[512] = {0};
   rewind(tmp);
   size_t n = fread(buf, 1, sizeof buf - 1, tmp);
   fclose(tmp);
   assert_true(n > 0); /* a report on stderr */
+  assert_non_null(strstr(buf, "io_context"));
+  /* The late wake is still accepted (a started fiber), and a second
+   * destroy drains it and frees the context. */
+  iof_fiber *h = atomic_exchange(&dropped, NULL);
+  assert_non_null(h);
+  assert_int_equal(iof_executor_post(iof_io_context_executor(io), h), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* The same rule for a thread pool: the chain suspended outside the pool
+ * makes destroy -EBUSY; after its wake a second destroy finishes. */
+static void pool_destroy_is_ebusy_under_a_suspended_chain(void **state) {
+  (void)state;
+  iof_thread_pool *p = iof_thread_pool_create(2);
+  assert_non_null(p);
+  atomic_int suspended = 0;
+  assert_int_equal(
+      iof_launch(iof_thread_pool_executor(p), stuck_fn, &suspended), 0);
+  for (int i = 0; i < 10000 && !atomic_load(&suspended); i++) sleep_ms(1);
+  assert_int_equal(atomic_load(&suspended), 1);
+  fflush(stderr);
+  int saved = dup(2);
+  int null = open("/dev/null", O_WRONLY);
+  assert_true(saved >= 0 && null >= 0);
+  dup2(null, 2);
+  int r = iof_thread_pool_destroy(p);
+  dup2(saved, 2);
+  close(saved);
+  close(null);
+  assert_int_equal(r, -EBUSY);
+  iof_fiber *h = atomic_exchange(&dropped, NULL);
+  assert_non_null(h);
+  assert_int_equal(iof_executor_post(iof_thread_pool_executor(p), h), 0);
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
@@ -622,6 +661,7 @@ int main(void) {
       T(destroy_thread_pool_cancels_pending_and_unwinds_in_order),
       T(destroy_runs_ready_fiber_whose_next_await_fails),
       T(destroy_reports_a_fiber_that_will_not_end),
+      T(pool_destroy_is_ebusy_under_a_suspended_chain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,7 +50,10 @@ IOF_API bool iof_fiber_started(const iof_fiber *f);
 IOF_API int iof_fiber_status(const iof_fiber *f);
 
 /* Frees a finished or never-started fiber (fn is then never called).
- * 0; -EINVAL on NULL; -EBUSY if it is running or suspended mid-way. */
+ * 0; -EINVAL on NULL or on a fiber already destroyed whose frame has not
+ * been reused (a pooled frame; under ASan any poisoned frame); -EBUSY if it
+ * is running or suspended mid-way. A destroyed fiber must not be used:
+ * under ASan a pooled frame is poisoned, so such a use is reported. */
 IOF_API int iof_fiber_destroy(iof_fiber *f);
 
 /* Names are copied (truncated to 31 bytes); used in the overflow report.

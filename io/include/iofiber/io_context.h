@@ -14,19 +14,25 @@ extern "C" {
 struct ev_loop;
 typedef struct iof_io_context iof_io_context;
 
-/* A context with its own libev loop. NULL with errno ENOMEM or EMFILE. */
+/* A context with its own libev loop. NULL with errno ENOMEM, EMFILE or
+ * ENFILE (no descriptor for the loop or its wake-up eventfd); never aborts
+ * (libev's own failure paths are guarded, see docs/embedding.md). */
 IOF_API iof_io_context *iof_io_context_create(void);
 
 /* A context driven by a host program's existing loop: the host keeps
  * calling ev_run on it (from one thread); ready fibers run from loop
- * watchers. The loop must outlive the context. NULL with errno EINVAL or
- * ENOMEM. */
+ * watchers. The loop must outlive the context. NULL with errno EINVAL,
+ * ENOMEM, or EMFILE/ENFILE (the loop has no wake-up pipe yet and no
+ * descriptor is free for one). */
 IOF_API iof_io_context *iof_io_context_attach(struct ev_loop *loop);
 
 /* Shuts down (pending operations complete with -ECANCELED), runs the
  * remaining fibers to their end on this thread, frees never-started ones
  * (on_done gets -ECANCELED), destroys services and the owned loop.
- * -EINVAL on NULL; -EBUSY if called while the context is running. */
+ * -EINVAL on NULL; -EBUSY if called while the context is running, or (then
+ * reported on stderr, nothing freed, the context stays shut down) while
+ * work is still counted after the drain: a chain suspended on something
+ * outside the context, or a work guard. Call it again once they end. */
 IOF_API int iof_io_context_destroy(iof_io_context *io);
 
 /* The context's executor (a ref into io; empty for NULL), its execution
@@ -36,7 +42,10 @@ IOF_API iof_execution_context *iof_io_context_context(iof_io_context *io);
 IOF_API struct ev_loop *iof_io_context_loop(iof_io_context *io);
 
 /* Runs fibers and the loop until no work is left or stop is called.
- * Returns how many fibers ran; -EBUSY if another thread runs it. */
+ * Returns how many fibers ran; -EBUSY if another thread runs it. Running
+ * out of work is not a stop: a fiber launched after run returned for that
+ * reason is run by the next run/run_one/poll/run_for, no restart needed
+ * (only an explicit iof_io_context_stop needs restart). */
 IOF_API int iof_io_context_run(iof_io_context *io);
 
 /* Runs at most one fiber, waiting for one if needed (or until no work is
@@ -49,8 +58,11 @@ IOF_API int iof_io_context_poll(iof_io_context *io);
 /* As run, for at most ns nanoseconds. */
 IOF_API int iof_io_context_run_for(iof_io_context *io, int64_t ns);
 
-/* Makes run/run_one/run_for return as soon as possible; from any thread.
- * The context stays stopped (run returns at once) until restart. */
+/* stop makes run/run_one/run_for return as soon as possible; from any
+ * thread. The context then stays stopped (run returns 0 at once, launches
+ * wait in the queue) until restart. stopped is true after stop, and also
+ * after a run returned because no work was left (until the next run or
+ * restart). restart clears both. */
 IOF_API void iof_io_context_stop(iof_io_context *io);
 IOF_API bool iof_io_context_stopped(const iof_io_context *io);
 IOF_API void iof_io_context_restart(iof_io_context *io);

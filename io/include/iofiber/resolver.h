@@ -16,7 +16,8 @@ struct addrinfo;
 
 /* Resolves host/service (either may be NULL, as getaddrinfo; hints may be
  * NULL). 0 and *res (free it with freeaddrinfo); -ECANCELED (stop token,
- * shutdown); -EPERM outside a launched fiber; -EINVAL; getaddrinfo's
+ * shutdown); -EPERM outside a launched fiber; -EINVAL (also for a numeric
+ * service outside 0-65535, which getaddrinfo would truncate); getaddrinfo's
  * failures as -errno: EAI_NONAME/EAI_NODATA/EAI_FAIL -> -EHOSTUNREACH,
  * EAI_AGAIN -> -EAGAIN, EAI_MEMORY -> -ENOMEM, EAI_SERVICE/EAI_BADFLAGS/
  * EAI_SOCKTYPE -> -EINVAL, EAI_FAMILY -> -EAFNOSUPPORT, EAI_SYSTEM -> the

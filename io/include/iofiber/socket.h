@@ -32,7 +32,9 @@ typedef struct iof_socket iof_socket;
 #define IOF_LISTEN_V6ONLY 2
 
 /* TCP listener on host:port (host NULL or "": all addresses; port "0":
- * any). SO_REUSEADDR always. backlog <= 0: SOMAXCONN. 0 and *out; -EINVAL,
+ * any; a numeric port must be 0-65535, else -EINVAL; a service name such
+ * as "http" is looked up). SO_REUSEADDR always. backlog <= 0: SOMAXCONN.
+ * 0 and *out; -EINVAL,
  * -EADDRINUSE, -EACCES, -EMFILE, -ENOMEM, or a resolution error as
  * -EHOSTUNREACH (use iof_resolve for the details). */
 IOF_API int iof_tcp_listen(iof_io_context *io, const char *host,
@@ -56,7 +58,7 @@ IOF_API int iof_accept(iof_socket *listener, iof_socket **out,
 
 /* Connects, resolving host:port on the resolver thread and trying each
  * address. 0 and *out; -ECONNREFUSED, -ETIMEDOUT, -ECANCELED, -EHOSTUNREACH
- * (resolution failed)... */
+ * (resolution failed), -EINVAL (numeric port outside 0-65535)... */
 IOF_API int iof_tcp_connect(iof_io_context *io, const char *host,
                             const char *port, iof_socket **out);
 IOF_API int iof_tcp_connect_addr(iof_io_context *io, const struct sockaddr *sa,
@@ -75,7 +77,9 @@ IOF_API int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out);
 
 /* Reads what is available, at most len (waits if nothing is). len 0
  * returns 0 at once. -EBADF (closed), -EINVAL (listener or NULL socket),
- * -EFAULT (NULL buf with len > 0), -ECONNRESET, -ECANCELED. */
+ * -EFAULT (NULL buf with len > 0), -ECONNRESET, -ECANCELED. Every call
+ * that may wait can also return -ENOMEM: libev's bookkeeping could not
+ * grow, or the kernel refused to watch the descriptor. */
 IOF_API ssize_t iof_read_some(iof_socket *s, void *buf, size_t len);
 
 /* Writes what fits, at least one byte (waits for room). Errors as read,
@@ -113,7 +117,8 @@ IOF_API iof_io_context *iof_socket_io_context(const iof_socket *s);
 IOF_API int iof_socket_set_nodelay(iof_socket *s, bool on);
 IOF_API int iof_socket_set_keepalive(iof_socket *s, bool on);
 
-/* UDP socket bound to host:port (port "0": any). 0 and *out, or -errno. */
+/* UDP socket bound to host:port (port "0": any; a numeric port outside
+ * 0-65535 is -EINVAL). 0 and *out, or -errno. */
 IOF_API int iof_udp_bind(iof_io_context *io, const char *host, const char *port,
                          iof_socket **out);
 /* An unbound UDP socket of the given family (AF_INET or AF_INET6). */
@@ -128,7 +133,8 @@ IOF_API ssize_t iof_recvfrom(iof_socket *s, void *buf, size_t len,
 
 /* Waits until a foreign fd (not owned by a socket) is readable or
  * writable, at most timeout_ns (< 0: no limit). 0 when ready; -ETIMEDOUT,
- * -ECANCELED, -EBADF, -EPERM outside a launched fiber. */
+ * -ECANCELED, -EBADF, -ENOMEM (see iof_read_some), -EPERM outside a
+ * launched fiber. */
 IOF_API int iof_wait_readable(iof_io_context *io, int fd, int64_t timeout_ns);
 IOF_API int iof_wait_writable(iof_io_context *io, int fd, int64_t timeout_ns);
 

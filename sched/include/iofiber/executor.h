@@ -53,8 +53,9 @@ static inline bool iof_executor_empty(iof_executor_ref ex) {
 /* Returns h if the calling thread runs ex's context and h may run inline,
  * else queues h and returns NULL. The result is meant for a run loop or an
  * awaitable's suspend only: running code never resumes a fiber itself.
- * NULL with errno ESHUTDOWN (h not queued, the caller keeps it) or EINVAL
- * (empty ex, NULL h); errno is left alone when h was queued. */
+ * NULL means: errno 0, h was queued; errno ESHUTDOWN, h refused (not
+ * queued, the caller keeps it); errno EINVAL, empty ex or NULL h. errno is
+ * always set when NULL is returned, so no stale value can be misread. */
 IOF_API iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h);
 
 /* Queues h; never resumes it before returning; never blocks.
@@ -152,7 +153,17 @@ IOF_API int iof_context_set_frame_allocator(iof_execution_context *ctx,
 
 /* ---- Work guard ------------------------------------------------------ */
 
-/* Keeps ex's context running (counts as work) until reset. */
+/* Keeps ex's context running (counts as work) until reset.
+ *
+ * When you need one: a fiber on another executor (a thread pool) that
+ * reads a socket in a loop counts as work on the socket's io_context only
+ * while a read is pending. Between two reads nothing is counted there, so
+ * that context's iof_io_context_run may return and the next read waits on
+ * a loop nobody runs. Hold a guard on the io_context for the whole loop:
+ *   iof_work_guard g;
+ *   iof_work_guard_init(&g, iof_io_context_executor(iof_socket_io_context(s)));
+ *   while ((n = iof_read_some(s, buf, len)) > 0) handle(buf, n);
+ *   iof_work_guard_reset(&g); */
 typedef struct iof_work_guard {
   iof_executor_ref ex;
 } iof_work_guard;

@@ -16,7 +16,10 @@ typedef struct iof_strand iof_strand;
  * (empty inner) or ENOMEM. */
 IOF_API iof_strand *iof_strand_create(iof_executor_ref inner);
 
-/* Frees the strand. -EBUSY while a fiber holds it or waits in it. */
+/* Frees the strand. -EBUSY (nothing freed) while a fiber holds it or waits
+ * in it, or while work is counted through it: a chain launched on it that
+ * has not ended (even one suspended, holding nothing: its wake comes back
+ * through the strand), or a work guard on its executor. */
 IOF_API int iof_strand_destroy(iof_strand *s);
 
 /* The strand's executor (a ref into the strand). */

@@ -30,8 +30,10 @@ IOF_API int iof_thread_pool_join(iof_thread_pool *p);
 /* Stops, joins, shuts the context down (pending operations complete with
  * -ECANCELED), runs what is left to its end on the calling thread, frees
  * never-started fibers (on_done gets -ECANCELED), destroys services. Never
- * hangs: a fiber that will not end is reported on stderr. -EDEADLK from a
- * pool thread. */
+ * hangs. -EBUSY (reported on stderr; nothing freed, the pool stays shut
+ * down without threads) while work is still counted after that drain: a
+ * chain suspended on something outside the pool, or a work guard; call it
+ * again once they end. -EDEADLK from a pool thread. */
 IOF_API int iof_thread_pool_destroy(iof_thread_pool *p);
 
 #ifdef __cplusplus
