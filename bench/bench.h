@@ -1,11 +1,17 @@
-/* iof-bench framework: timing, repeated runs, statistics and the result
+/* iof-bench framework: timing, interleaved runs, statistics and the result
  * table. Every figure is reported as a ratio against a baseline case that
  * is measured in the same process, so results compare across machines.
+ *
+ * A case with a baseline runs interleaved with it (A B A B ..., one pair
+ * per run): its ratio is the median of the per-pair ratios and its spread
+ * the max/min of those ratios, so a load burst that slows both sides of a
+ * pair cancels out, and a row whose pairs disagree is marked noisy.
  *
  * A suite is a function `int bench_suite_NAME(bench_ctx *ctx)` in its own
  * file bench_NAME.c, listed once in suites.h. It measures cases with
  * bench_run_case() (baseline first) and may add comparison rows with
- * bench_compare(). */
+ * bench_compare(). Cases whose figure comes from elsewhere (an external
+ * tool, one reading) are added with bench_add_pairs()/bench_add_value(). */
 #ifndef IOF_BENCH_H
 #define IOF_BENCH_H
 
@@ -24,7 +30,17 @@ typedef struct bench_case {
                            NULL: this case is a baseline */
   double target;        /* ratio the case should stay at or below; 0: none.
                            Reported only, never enforced. */
-  void *arg;            /* passed to setup, body and teardown */
+  unsigned run_ms;      /* per timed run; 0: the framework's (~60 ms, or
+                           ~8 ms with --quick) */
+  uint64_t min_iters;   /* calibration never picks fewer (e.g. enough round
+                           trips for every connection to take part) */
+  bool alone;           /* never set up while its baseline is (cases whose
+                           state would slow each other down) */
+  void *arg;            /* passed to setup, body and teardown. A case and
+                           its baseline with different args are both set up
+                           for the whole interleaved run; with the same arg
+                           (or `alone`) each run gets its own
+                           setup+warm-up+teardown */
   int (*setup)(void *arg);
   int (*body)(void *arg, uint64_t iters);
   void (*teardown)(void *arg);
@@ -41,6 +57,40 @@ int bench_run_case(bench_ctx *ctx, const bench_case *c);
 int bench_compare(bench_ctx *ctx, const char *name, const char *of,
                   const char *baseline, double target);
 
+/* Adds a row from externally measured pairs: a[i] (the baseline's) and
+ * b[i] (this case's) were measured one after the other. `baseline` names
+ * the baseline row (added earlier, e.g. with bench_add_pairs(..., NULL,
+ * ...) of a[]) or NULL for a baseline row made of b[]. 0 or -EINVAL. */
+int bench_add_pairs(bench_ctx *ctx, const char *name, const char *unit,
+                    const char *baseline, double target, const double *a,
+                    const double *b, int n);
+
+/* Adds a row holding a single reading (no spread: 1.00); its ratio is
+ * value / the baseline row's median. 0 or -ENOMEM/-ENOENT. */
+int bench_add_value(bench_ctx *ctx, const char *name, const char *unit,
+                    const char *baseline, double target, double value);
+
+/* Adds a row that was not measured, with the reason (e.g. a peer that is
+ * not installed). Not a failure. */
+int bench_skip(bench_ctx *ctx, const char *name, const char *why);
+
+/* Adds (or replaces) a named figure on the current suite's row `name`: an
+ * extra column in the table, a key in JSON and CSV. The key must be a
+ * static string. 0 or -ENOENT/-ENOSPC. */
+int bench_note(bench_ctx *ctx, const char *name, const char *key, double value);
+
+/* The median of the current suite's row `name`; NAN if not measured. */
+double bench_median_of(const bench_ctx *ctx, const char *name);
+
+/* Runs (pairs) per case. */
+int bench_runs(const bench_ctx *ctx);
+
+/* True with --callgrind (the echo suite measures instructions). */
+bool bench_callgrind(const bench_ctx *ctx);
+
+/* The directory holding the iof-bench executable ("." if unknown). */
+const char *bench_exe_dir(void);
+
 /* True in --quick mode (suites may shrink their own setup work). */
 bool bench_quick(const bench_ctx *ctx);
 
@@ -54,9 +104,12 @@ static inline void bench_keep(void *p) {
 
 /* ---- used by main.c ---------------------------------------------------- */
 
+typedef enum bench_format { BENCH_TABLE, BENCH_JSON, BENCH_CSV } bench_format;
+
 typedef struct bench_options {
   bool quick;
-  bool json;
+  bool callgrind;
+  bench_format format;
   int runs; /* 0: the mode's default */
 } bench_options;
 
@@ -64,7 +117,7 @@ bench_ctx *bench_ctx_create(const bench_options *opts);
 void bench_ctx_destroy(bench_ctx *ctx);
 /* Names the suite that following rows belong to. */
 void bench_begin_suite(bench_ctx *ctx, const char *suite);
-/* Prints every row (table or JSON lines) on stdout. Returns the number of
+/* Prints every row (table, JSON lines or CSV) on stdout. Returns the number of
  * failed rows. */
 int bench_report(bench_ctx *ctx);
 

@@ -26,16 +26,22 @@ static const bench_suite suites[] = {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: iof-bench [--quick] [--json] [--runs N] [SUITE...]\n"
+          "usage: iof-bench [--quick] [--json|--csv] [--runs N] [--callgrind]\n"
+          "                 [SUITE...]\n"
           "       iof-bench --list | --help\n"
           "\n"
           "Runs the given suites (default: all) and reports each case's\n"
-          "median, min and max per operation over N runs, and its ratio to\n"
-          "a baseline case measured in the same run.\n"
+          "median, min and max per operation over N runs, each run paired\n"
+          "with a run of its baseline case (A B A B ...): the ratio is the\n"
+          "median of the pair ratios, the spread their max/min.\n"
           "\n"
           "  --quick    shorter runs (5 runs by default), for smoke tests\n"
           "  --json     one JSON object per result line instead of a table\n"
-          "  --runs N   runs per case, %d..%d (default 9; 5 with --quick)\n"
+          "  --csv      CSV (header line, one line per row) instead\n"
+          "  --callgrind  echo: also count instructions per round trip\n"
+          "             of each server under valgrind --tool=callgrind\n"
+          "  --runs N   runs (pairs) per case, %d..%d (default 9; 5 with\n"
+          "             --quick)\n"
           "  --list     list the suites and exit\n"
           "  --help     show this help and exit\n",
           RUNS_MIN, RUNS_MAX);
@@ -73,7 +79,11 @@ int main(int argc, char **argv) {
       } else if (strcmp(a, "--quick") == 0) {
         opts.quick = true;
       } else if (strcmp(a, "--json") == 0) {
-        opts.json = true;
+        opts.format = BENCH_JSON;
+      } else if (strcmp(a, "--csv") == 0) {
+        opts.format = BENCH_CSV;
+      } else if (strcmp(a, "--callgrind") == 0) {
+        opts.callgrind = true;
       } else if (strcmp(a, "--runs") == 0) {
         if (i + 1 >= argc) {
           fprintf(stderr, "iof-bench: --runs needs a value\n");

@@ -18,3 +18,15 @@ BENCH_SUITE(pool, "thread pool (1 and 2 threads): iof_run hops and launches "
                   "vs the same on an io_context")
 BENCH_SUITE(launch, "iof_run_async to completion on an io_context vs fiber "
                     "create+resume+destroy; 150 ns goal")
+BENCH_SUITE(echo, "echo ping-pong against server processes (iofiber, raw "
+                  "libev, libuv, State Threads, thread per connection); "
+                  "--callgrind: instructions per round trip")
+BENCH_SUITE(http, "HTTP/1.1 keep-alive hello servers driven by the built-in "
+                  "generator (and wrk when installed)")
+BENCH_SUITE(timers, "timed waits (channel deadline, cond timed wait, "
+                    "iof_timer) with 1,000 to 100,000 fibers parked in "
+                    "timed waits")
+BENCH_SUITE(idle, "server memory (RSS) per idle connection, 10,000 "
+                  "connections to each server")
+BENCH_SUITE(legacy, "the unmodified blocking legacy-echo server: thread per "
+                    "connection vs compat-layer fibers vs iofiber-run")

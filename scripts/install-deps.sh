@@ -3,6 +3,10 @@
 # Idempotent: checks each package with dpkg-query and installs only the
 # missing ones (one apt-get update + one apt-get install). Silent when
 # everything is already installed. Needs root, or sudo.
+#   scripts/install-deps.sh          build and test packages
+#   scripts/install-deps.sh --bench  + the benchmark's peers and tools
+#                                    (libuv, State Threads, wrk, gnuplot);
+#                                    no test needs them
 set -euo pipefail
 
 PACKAGES=(
@@ -14,6 +18,9 @@ PACKAGES=(
   libcmocka-dev
   valgrind
 )
+if [[ "${1:-}" == "--bench" ]]; then
+  PACKAGES+=(libuv1-dev libst-dev wrk gnuplot-nox)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
