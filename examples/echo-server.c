@@ -62,7 +62,7 @@ static int acceptor(void *arg) {
       /* Out of descriptors: the pending connection stays in the backlog
        * and the listener stays readable; retrying at once would spin. */
       if (!reported_emfile)
-        fprintf(stderr, "echo-server: accept: %s (backing off)\n",
+        fprintf(stderr, "iof-echo-server: accept: %s (backing off)\n",
                 strerror(-r));
       reported_emfile = true;
       iof_sleep_for(20 * 1000 * 1000); /* 20 ms; -ECANCELED on stop */
@@ -70,7 +70,7 @@ static int acceptor(void *arg) {
     }
     if (r < 0) { /* e.g. EPERM from a firewall: drop it, keep serving */
       if (!reported_other)
-        fprintf(stderr, "echo-server: accept: %s\n", strerror(-r));
+        fprintf(stderr, "iof-echo-server: accept: %s\n", strerror(-r));
       reported_other = true;
       continue;
     }
@@ -106,7 +106,7 @@ static void *run_thread(void *arg) {
 /* ---- command line -------------------------------------------------------*/
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: echo-server PORT [--host ADDR] [--buffer BYTES] "
+  fprintf(out, "usage: iof-echo-server PORT [--host ADDR] [--buffer BYTES] "
                "[--threads N]\n"
                "\n"
                "TCP echo server: one fiber per connection.\n"
@@ -146,13 +146,14 @@ int main(int argc, char **argv) {
       break;
     case 'b':
       if (!parse_long(optarg, 1, 64L << 20, &buf)) {
-        fprintf(stderr, "echo-server: --buffer wants 1..%ld\n", 64L << 20);
+        fprintf(stderr, "iof-echo-server: --buffer wants 1..%ld\n", 64L << 20);
         return 2;
       }
       break;
     case 't':
       if (!parse_long(optarg, 1, MAX_THREADS, &threads)) {
-        fprintf(stderr, "echo-server: --threads wants 1..%d\n", MAX_THREADS);
+        fprintf(stderr, "iof-echo-server: --threads wants 1..%d\n",
+                MAX_THREADS);
         return 2;
       }
       break;
@@ -184,7 +185,7 @@ int main(int argc, char **argv) {
                 ? iof_tcp_listen(s->io, host, port_str, 0, flags, &s->listener)
                 : -errno;
     if (r < 0) {
-      fprintf(stderr, "echo-server: listen on %s:%s: %s\n", host, port_str,
+      fprintf(stderr, "iof-echo-server: listen on %s:%s: %s\n", host, port_str,
               strerror(-r));
       status = 1;
     } else { /* port 0: the others listen on the port the first one got */
@@ -204,13 +205,13 @@ int main(int argc, char **argv) {
       iof_run_async(iof_io_context_executor(sv[0].io), &opts, watch_signal,
                     &watches[i]);
     }
-    fprintf(stderr, "echo-server: listening on %s:%s (%ld thread%s)\n", host,
-            port_str, threads, threads > 1 ? "s" : "");
+    fprintf(stderr, "iof-echo-server: listening on %s:%s (%ld thread%s)\n",
+            host, port_str, threads, threads > 1 ? "s" : "");
     long started = 1;
     for (; started < threads; started++)
       if (pthread_create(&sv[started].thread, NULL, run_thread, &sv[started]) !=
           0) {
-        fprintf(stderr, "echo-server: cannot start thread %ld\n", started);
+        fprintf(stderr, "iof-echo-server: cannot start thread %ld\n", started);
         iof_stop_source_request(&stop);
         status = 1;
         break;
