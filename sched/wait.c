@@ -247,6 +247,16 @@ static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
 
 static const iof_awaitable_vtbl wait_vtbl = {NULL, wait_suspend, NULL};
 
+static const char *describe_wait(const void *aw, const void **obj) {
+  *obj = ((const wait_aw *)aw)->op;
+  return NULL;
+}
+
+__attribute__((constructor)) static void name_wait(void) {
+  iof__debug_label(&wait_vtbl, "sync primitive (mutex, cond, sem, event, chan)",
+                   describe_wait);
+}
+
 static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
                        iof__wait *w, int64_t deadline_ns, int flags) {
   const iof_env *env = iof_env_current();

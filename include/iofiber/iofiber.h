@@ -19,6 +19,7 @@
 #include <iofiber/sync.h>
 #include <iofiber/chan.h>
 #include <iofiber/when.h>
+#include <iofiber/debug.h>
 #include <iofiber/io_context.h>
 #include <iofiber/timer.h>
 #include <iofiber/resolver.h>
