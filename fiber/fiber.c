@@ -111,6 +111,11 @@ static inline iof_fiber *do_switch(iof_thread_state *th, iof_fiber *from,
 }
 
 static void fiber_entry(iof_transfer t) {
+#if defined(__x86_64__) && defined(__GCC_HAVE_DWARF2_CFI_ASM)
+  /* The outermost frame of a fiber's stack: debuggers and unwinders stop
+   * here instead of walking into make_fcontext's trampoline and beyond. */
+  __asm__ volatile(".cfi_undefined rip");
+#endif
   switch_msg *m = t.data;
   iof_fiber *self = m->to;
   (void)land(t);

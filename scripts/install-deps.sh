@@ -13,6 +13,7 @@ PACKAGES=(
   libev-dev
   libcmocka-dev
   valgrind
+  gdb
 )
 
 missing=()
