@@ -134,7 +134,7 @@ static void on_timer(void *arg) {
  * One service per execution context holds the pending cancellable fiber
  * waits of its fibers; its shutdown completes them with -ECANCELED, so
  * that a fiber blocked on a primitive unwinds during the context's drain
- * (DESIGN 3: every started fiber runs to its end). */
+ * (every started fiber runs to its end). */
 
 typedef struct sync_service {
   iof_service base;
