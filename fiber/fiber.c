@@ -163,6 +163,11 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   f->stack_lo = base;
   f->stack_len = (size_t)(sp - base);
   f->stack_size = f->stack_len;
+#ifdef IOF_HAVE_VALGRIND
+  /* A recycled frame keeps Memcheck's view from its previous fiber (areas
+   * that fiber popped are noaccess); a new fiber owns the whole stack. */
+  VALGRIND_MAKE_MEM_UNDEFINED(base, f->stack_len);
+#endif
   f->ctx = make_fcontext(sp, f->stack_len, fiber_entry);
 #ifdef IOF_TSAN
   f->tsan_fiber = __tsan_create_fiber(0);
