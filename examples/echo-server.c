@@ -11,7 +11,9 @@
  * SIGINT or SIGTERM stops the server cleanly: one shared stop source is
  * requested, every fiber was launched with its token, so each blocked
  * accept, read or write completes with -ECANCELED and the fibers unwind;
- * each io_context's run() then returns because no work is left. */
+ * each io_context's run() then returns because no work is left.
+ *
+ * SIGUSR1 prints the live fibers (iof_fiber_dump) on stderr. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -52,7 +54,8 @@ static int connection(void *arg) {
 
 static int acceptor(void *arg) {
   server *sv = arg;
-  iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop)};
+  iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop),
+                          .name = "connection"};
   bool reported_emfile = false, reported_other = false;
   for (;;) {
     iof_socket *client;
@@ -95,6 +98,14 @@ static int watch_signal(void *arg) {
   watch *w = arg;
   if (iof_signal_wait(w->io, w->signo) == w->signo)
     iof_stop_source_request(&stop);
+  return 0;
+}
+
+/* SIGUSR1 lists every live fiber on stderr (docs/debugging.md): name,
+ * state, executor, and what it waits on. */
+static int dump_on_usr1(void *arg) {
+  iof_io_context *io = arg;
+  while (iof_signal_wait(io, SIGUSR1) == SIGUSR1) iof_fiber_dump(stderr);
   return 0;
 }
 
@@ -196,15 +207,20 @@ int main(int argc, char **argv) {
 
   watch watches[2] = {{NULL, SIGINT}, {NULL, SIGTERM}};
   if (status == 0) {
-    iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop)};
+    iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop),
+                            .name = "acceptor"};
     for (long i = 0; i < threads; i++)
       iof_run_async(iof_io_context_executor(sv[i].io), &opts, acceptor, &sv[i]);
     /* A signal is watched by one io_context: the first one. */
+    opts.name = "signals";
     for (int i = 0; i < 2; i++) {
       watches[i].io = sv[0].io;
       iof_run_async(iof_io_context_executor(sv[0].io), &opts, watch_signal,
                     &watches[i]);
     }
+    opts.name = "sigusr1-dump";
+    iof_run_async(iof_io_context_executor(sv[0].io), &opts, dump_on_usr1,
+                  sv[0].io);
     fprintf(stderr, "iof-echo-server: listening on %s:%s (%ld thread%s)\n",
             host, port_str, threads, threads > 1 ? "s" : "");
     long started = 1;
