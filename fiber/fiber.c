@@ -111,6 +111,11 @@ static inline iof_fiber *do_switch(iof_thread_state *th, iof_fiber *from,
 }
 
 static void fiber_entry(iof_transfer t) {
+#if defined(__x86_64__) && defined(__GCC_HAVE_DWARF2_CFI_ASM)
+  /* The outermost frame of a fiber's stack: debuggers and unwinders stop
+   * here instead of walking into make_fcontext's trampoline and beyond. */
+  __asm__ volatile(".cfi_undefined rip");
+#endif
   switch_msg *m = t.data;
   iof_fiber *self = m->to;
   (void)land(t);
@@ -159,6 +164,11 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   f->stack_lo = base;
   f->stack_len = (size_t)(sp - base);
   f->stack_size = f->stack_len;
+#ifdef IOF_HAVE_VALGRIND
+  /* A recycled frame keeps Memcheck's view from its previous fiber (areas
+   * that fiber popped are noaccess); a new fiber owns the whole stack. */
+  VALGRIND_MAKE_MEM_UNDEFINED(base, f->stack_len);
+#endif
   f->ctx = make_fcontext(sp, f->stack_len, fiber_entry);
 #ifdef IOF_TSAN
   f->tsan_fiber = __tsan_create_fiber(0);

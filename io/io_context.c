@@ -80,6 +80,10 @@ static const iof_executor_vtbl io_vtbl = {
     io_dispatch,   io_post,         NULL,
     io_context_of, io_work_started, io_work_finished};
 
+__attribute__((constructor)) static void name_io(void) {
+  iof__debug_label(&io_vtbl, "io_context", NULL);
+}
+
 /* Resumes the fibers ready now, at most max of them (max < 0: all);
  * fibers made ready meanwhile wait for the next batch, so a fiber that
  * yields in a loop cannot starve libev. Returns how many ran. */

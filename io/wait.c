@@ -136,6 +136,21 @@ static iof_fiber *to_home(void *self, iof_fiber *h, const iof_env *env) {
 static const iof_awaitable_vtbl to_io_vtbl = {NULL, to_io, NULL};
 static const iof_awaitable_vtbl to_home_vtbl = {NULL, to_home, NULL};
 
+/* What iof_fiber_walk says of a fiber suspended in an io wait. */
+static const char *describe_wait(const void *aw, const void **obj) {
+  const iof_wait *w = aw;
+  *obj = w->obj;
+  if (w->dir & EV_READ) return "io: socket readable";
+  if (w->dir & EV_WRITE) return "io: socket writable";
+  return "io: timer, signal or resolver";
+}
+
+__attribute__((constructor)) static void name_waits(void) {
+  iof__debug_label(&wait_vtbl, "io", describe_wait);
+  iof__debug_label(&to_io_vtbl, "hop to an io_context", NULL);
+  iof__debug_label(&to_home_vtbl, "hop back from an io_context", NULL);
+}
+
 static void go_home(iof_io_context *io) {
   iof_fiber *self = iof_fiber_current();
   if (iof_executor_equal(self->env->executor, iof_io_context_executor(io)))

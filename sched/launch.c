@@ -64,6 +64,7 @@ static void chain_exit(iof_fiber *f) {
   void *user = c->user;
   int status = c->status;
   if (f->strand) iof__strand_release(f);
+  iof__debug_unregister(c);
   iof__fiber_free(f);
   iof_stop_token_release(tok);
   if (on_freed) on_freed(user, status);
@@ -125,9 +126,12 @@ int iof__run_async_ex(iof_executor_ref ex, const iof_launch_opts *opts,
   f->env = &c->env;
   f->on_exit = chain_exit;
   if (opts->name) iof_fiber_set_name(f, opts->name);
+  c->fiber = f;
+  iof__debug_register(c);
   iof_executor_on_work_started(ex);
   int r = ex.vt->post(ex.ex, f);
   if (r < 0) {
+    iof__debug_unregister(c);
     iof__fiber_free(f);
     iof_stop_token_release(c->env.stop_token);
     iof_executor_on_work_finished(ex);
@@ -168,7 +172,11 @@ static iof_fiber *await_hook(iof_fiber *h, void *arg) {
 
 static int await_in(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt) {
   await_call a = {aw, vt};
+  iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
+  c->wait_vt = vt;
+  c->wait_aw = aw;
   iof_fiber_suspend_with(await_hook, &a);
+  c->wait_vt = NULL;
   refresh_allocator(self);
   return vt->resume ? vt->resume(aw) : 0;
 }
@@ -223,6 +231,10 @@ static int hop_resume(void *self) {
 }
 
 static const iof_awaitable_vtbl hop_vtbl = {NULL, hop_suspend, hop_resume};
+
+__attribute__((constructor)) static void name_hops(void) {
+  iof__debug_label(&hop_vtbl, "executor hop (yield, iof_run)", NULL);
+}
 
 int iof_yield(void) {
   iof_fiber *self = launched_self();

@@ -24,7 +24,26 @@ typedef struct iof_chain {
    * context, cached for the chain's life (the context outlives it). */
   const void *sync_ctx;
   void *sync_svc;
+  /* Debug registry (sched/debug.c): the list of live chains, and the await
+   * in progress (set around each suspension, read by iof_fiber_walk). */
+  struct iof_chain *dbg_prev, *dbg_next;
+  iof_fiber *fiber;
+  unsigned long dbg_id;
+  const void *wait_vt;
+  void *wait_aw;
 } iof_chain;
+
+/* Adds a new chain to the registry of live fibers / removes it (before its
+ * frame is freed). One short lock each; nothing on switches. */
+IOF_HIDDEN void iof__debug_register(iof_chain *c);
+IOF_HIDDEN void iof__debug_unregister(iof_chain *c);
+
+/* Names a vtable (an executor's or an awaitable's) for iof_fiber_walk.
+ * `describe`, if given, refines the label from the awaitable itself and
+ * may set *obj to the object it waits on. Called from constructors. */
+typedef const char *(*iof__debug_describe_fn)(const void *aw, const void **obj);
+IOF_HIDDEN void iof__debug_label(const void *vt, const char *label,
+                                 iof__debug_describe_fn describe);
 
 /* iof_run_async plus an on_freed callback (see iof_chain): a parent that
  * waits for children learns of their end only once their frames are

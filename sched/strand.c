@@ -107,6 +107,10 @@ static const iof_executor_vtbl strand_vtbl = {
     strand_dispatch, strand_post,         NULL,
     strand_context,  strand_work_started, strand_work_finished};
 
+__attribute__((constructor)) static void name_strand(void) {
+  iof__debug_label(&strand_vtbl, "strand", NULL);
+}
+
 iof_strand *iof_strand_create(iof_executor_ref inner) {
   if (!inner.vt) {
     errno = EINVAL;

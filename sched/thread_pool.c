@@ -79,6 +79,10 @@ static const iof_executor_vtbl pool_vtbl = {
     pool_dispatch, pool_post,         NULL,
     pool_context,  pool_work_started, pool_work_finished};
 
+__attribute__((constructor)) static void name_pool(void) {
+  iof__debug_label(&pool_vtbl, "thread_pool", NULL);
+}
+
 iof_thread_pool *iof_thread_pool_create(size_t n) {
   if (n == 0 || n > 1024) {
     errno = EINVAL;

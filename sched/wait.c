@@ -134,7 +134,7 @@ static void on_timer(void *arg) {
  * One service per execution context holds the pending cancellable fiber
  * waits of its fibers; its shutdown completes them with -ECANCELED, so
  * that a fiber blocked on a primitive unwinds during the context's drain
- * (DESIGN 3: every started fiber runs to its end). */
+ * (every started fiber runs to its end). */
 
 typedef struct sync_service {
   iof_service base;
@@ -246,6 +246,16 @@ static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
 }
 
 static const iof_awaitable_vtbl wait_vtbl = {NULL, wait_suspend, NULL};
+
+static const char *describe_wait(const void *aw, const void **obj) {
+  *obj = ((const wait_aw *)aw)->op;
+  return NULL;
+}
+
+__attribute__((constructor)) static void name_wait(void) {
+  iof__debug_label(&wait_vtbl, "sync primitive (mutex, cond, sem, event, chan)",
+                   describe_wait);
+}
 
 static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
                        iof__wait *w, int64_t deadline_ns, int flags) {

@@ -17,6 +17,7 @@ PACKAGES=(
   libev-dev
   libcmocka-dev
   valgrind
+  gdb
 )
 if [[ "${1:-}" == "--bench" ]]; then
   PACKAGES+=(libuv1-dev libst-dev wrk gnuplot-nox)

@@ -1,4 +1,4 @@
-/* iof_chan (issue 6): producer/consumer with 1e6 items across pool threads
+/* iof_chan: producer/consumer with 1e6 items across pool threads
  * and a plain thread (order per producer kept), unbuffered rendezvous,
  * close semantics (drain then -EPIPE, senders -EPIPE at once, waiters
  * woken), try ops, cancellation (nothing delivered, queue clean), select

@@ -1,4 +1,4 @@
-/* iof_cond (issue 6): producer/consumer across pool threads, signal wakes
+/* iof_cond: producer/consumer across pool threads, signal wakes
  * one waiter in FIFO order, broadcast wakes all, the mutex is held again
  * on every return (cancellation and timeout included), -EPERM, plain
  * threads mixed with fibers, a deadline racing a signal.

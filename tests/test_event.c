@@ -1,4 +1,4 @@
-/* iof_event (issue 6): manual reset releases every waiter and stays set
+/* iof_event: manual reset releases every waiter and stays set
  * until reset; auto reset releases exactly one waiter (FIFO) or stays set
  * for the next wait; cancellation; plain threads; timed waits.
  *

@@ -1,4 +1,4 @@
-/* iof_mutex (issue 6, DESIGN 3 "Stop tokens and cancellation"): exact
+/* iof_mutex: exact
  * counts under contention across pool threads, FIFO hand-off without
  * barging, cancellation of a queued waiter (queue stays consistent, a
  * hand-off that loses to a cancellation goes to the next waiter), errors,

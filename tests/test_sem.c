@@ -1,4 +1,4 @@
-/* iof_sem (issue 6): FIFO hand-off to waiters, a resource bound never
+/* iof_sem: FIFO hand-off to waiters, a resource bound never
  * exceeded across pool threads, try/value/overflow, cancellation (the unit
  * goes to the next waiter), plain threads with fibers, timed waits and a
  * deadline racing a post (no unit lost or duplicated).

@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Pooled fiber stacks and ASan's fake stacks do not mix (DESIGN 5). */
+/* Pooled fiber stacks and ASan's fake stacks do not mix. */
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) {
   return "detect_stack_use_after_return=0";
