@@ -64,7 +64,8 @@ IOF_HIDDEN unsigned iof__fd_learn(int fd, iof__fd_slot *s);
 
 /* The number now names something else (or nothing): bumps the generation,
  * wakes the waiters with EBADF, forgets flags and timeouts, then sets
- * `flags`. */
+ * `flags`. Returns once the woken waiters have left the fd (a fiber
+ * caller yields meanwhile), so that the fd can be closed under no one. */
 IOF_HIDDEN void iof__fd_reset(int fd, unsigned flags);
 
 /* One blocking call's view of its fd. */
@@ -99,9 +100,15 @@ IOF_HIDDEN int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns);
  * slot: close does not end it). In a launched fiber only. */
 IOF_HIDDEN int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns);
 
-/* The launched fiber running here, or NULL (declared by sched/
- * sync_internal.h, whose names clash with io/'s). */
-IOF_HIDDEN iof_fiber *iof__sync_fiber(void);
+/* The launched fiber running here, or NULL. Unlike iof__sync_fiber it
+ * never sets up fiber state for a thread that has none: the hook routes
+ * every read of every thread through compat. */
+static inline iof_fiber *iof__compat_fiber(void) {
+  iof_thread_state *th = iof__thread_peek();
+  if (!th) return NULL;
+  iof_fiber *f = th->current;
+  return f != &th->root && f->env ? f : NULL;
+}
 
 /* The io_context a fiber's waits use. */
 IOF_HIDDEN iof_io_context *iof__compat_io(iof_fiber *f);
