@@ -31,6 +31,9 @@ struct iof__cthread {
   iof__waitq joiner;
 };
 
+/* What a never-joined thread keeps (documented in docs/porting.md). */
+_Static_assert(sizeof(struct iof__cthread) <= 80, "join record size");
+
 static atomic_long live_threads;
 static void (*_Atomic idle_hook)(void);
 
