@@ -25,7 +25,7 @@ unsigned iof_compat_sleep(unsigned seconds) {
   return left > 0 ? (unsigned)((left + 999999999) / 1000000000) : 0;
 }
 
-int iof_compat_usleep(useconds_t usec) {
+int iof_compat_usleep(iof_compat_useconds_t usec) {
   if (!iof__compat_fiber()) return iof__libc.usleep(usec);
   if (fiber_sleep((int64_t)usec * 1000) < 0) {
     errno = ECANCELED;
