@@ -23,6 +23,7 @@
  * a fiber calls it). */
 #undef _FORTIFY_SOURCE
 #include "compat/hook/hook_internal.h"
+#include <iofiber/hook.h>
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -157,6 +158,10 @@
   X(CNT, ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o))  \
   X(CNT, ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o),          \
     (fd, b, n, o))                                                             \
+  X(CNT, ssize_t, pread64, (int fd, void *b, size_t n, off64_t o),             \
+    (fd, b, n, o))                                                             \
+  X(CNT, ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o),      \
+    (fd, b, n, o))                                                             \
   X(CNT, pid_t, waitpid, (pid_t p, int *s, int o), (p, s, o))                  \
   X(CNT, pid_t, wait, (int *s), (s))                                           \
   X(CNT, int, waitid, (idtype_t t, id_t i, siginfo_t * s, int o),              \
@@ -180,7 +185,9 @@
   Y(pthread_detach)                                                            \
   Y(pthread_self)                                                              \
   Y(pthread_equal)                                                             \
-  Y(pthread_exit)
+  Y(pthread_exit)                                                              \
+  Y(sigaction)                                                                 \
+  Y(signal)
 
 enum {
 #define IDX(kind, ret, name, params, args) H_##name,
@@ -233,8 +240,13 @@ static inline void count(int call, int kind) {
     atomic_fetch_add_explicit(&counts[call][kind], 1, memory_order_relaxed);
 }
 
+/* Depth of wrapped signal handlers running on this thread: a call made
+ * from a handler must stay a plain (async-signal-safe) syscall even when the
+ * handler interrupted a fiber. */
+static __thread int in_handler __attribute__((tls_model("initial-exec")));
+
 bool iof__hook_in_fiber(void) {
-  return !stepped_aside && iof_env_current() != NULL;
+  return !stepped_aside && !in_handler && iof_env_current() != NULL;
 }
 
 /* ---- libc's own entry points ------------------------------------------ */
@@ -447,6 +459,83 @@ IOF_HOOK_API int __ppoll_chk(struct pollfd *p, nfds_t n,
   return ppoll(p, n, t, s);
 }
 
+/* ---- signal handlers --------------------------------------------------- */
+
+/* Every handler installed through sigaction/signal runs inside a
+ * trampoline that marks the thread as "in a handler" (see in_handler). A
+ * handler left with siglongjmp leaves the mark set: that thread's later
+ * calls then pass through (documented). */
+static void *_Atomic user_handler[NSIG];
+
+static void tramp_plain(int sig) {
+  void (*h)(int) = (void (*)(int))atomic_load_explicit(&user_handler[sig],
+                                                       memory_order_acquire);
+  in_handler++;
+  if (h) h(sig);
+  in_handler--;
+}
+
+static void tramp_info(int sig, siginfo_t *si, void *uc) {
+  void (*h)(int, siginfo_t *, void *) =
+      (void (*)(int, siginfo_t *, void *))atomic_load_explicit(
+          &user_handler[sig], memory_order_acquire);
+  in_handler++;
+  if (h) h(sig, si, uc);
+  in_handler--;
+}
+
+static bool is_tramp(const struct sigaction *sa) {
+  return (sa->sa_flags & SA_SIGINFO) ? sa->sa_sigaction == tramp_info
+                                     : sa->sa_handler == tramp_plain;
+}
+
+IOF_HOOK_API int sigaction(int sig, const struct sigaction *act,
+                           struct sigaction *old) {
+  bool ours = sig > 0 && sig < NSIG;
+  void *prev =
+      ours ? atomic_load_explicit(&user_handler[sig], memory_order_acquire)
+           : NULL;
+  struct sigaction mine;
+  bool wrapped = false;
+  if (act && ours) {
+    void *h = (act->sa_flags & SA_SIGINFO) ? (void *)act->sa_sigaction
+                                           : (void *)act->sa_handler;
+    if (h != (void *)SIG_DFL && h != (void *)SIG_IGN && h != (void *)SIG_ERR) {
+      mine = *act;
+      if (mine.sa_flags & SA_SIGINFO)
+        mine.sa_sigaction = tramp_info;
+      else
+        mine.sa_handler = tramp_plain;
+      atomic_store_explicit(&user_handler[sig], h, memory_order_release);
+      act = &mine;
+      wrapped = true;
+    }
+  }
+  int r = REAL(sigaction)(sig, act, old);
+  if (r != 0 && wrapped)
+    atomic_store_explicit(&user_handler[sig], prev, memory_order_release);
+  if (r == 0 && old && ours && prev && is_tramp(old)) {
+    if (old->sa_flags & SA_SIGINFO)
+      old->sa_sigaction = (void (*)(int, siginfo_t *, void *))prev;
+    else
+      old->sa_handler = (void (*)(int))prev;
+  }
+  return r;
+}
+
+/* glibc's signal(): BSD semantics (restart, the signal blocked while its
+ * handler runs), built on the wrapping sigaction above. */
+IOF_HOOK_API sighandler_t signal(int sig, sighandler_t h) {
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = h;
+  sigemptyset(&sa.sa_mask);
+  if (sig > 0 && sig < NSIG) sigaddset(&sa.sa_mask, sig);
+  sa.sa_flags = SA_RESTART;
+  if (sigaction(sig, &sa, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
 /* ---- identity, report ------------------------------------------------- */
 
 IOF_HOOK_API const char *iof_hook_version(void) {
@@ -478,7 +567,21 @@ __attribute__((destructor)) static void hook_fini(void) {
   if (verbose && !stepped_aside) report();
 }
 
+int iof_hook_counts(const char *call, unsigned long out[3]) {
+  if (!call || !out) return -EINVAL;
+  for (int i = 0; i < H_COUNT; i++) {
+    if (strcmp(names[i], call) != 0) continue;
+    for (int k = 0; k < C_KINDS; k++)
+      out[k] = atomic_load_explicit(&counts[i][k], memory_order_relaxed);
+    return 0;
+  }
+  return -ENOENT;
+}
+
 __attribute__((constructor)) static void hook_init(void) {
-  const char *v = getenv("IOF_HOOK_VERBOSE");
+  const char *v = getenv(IOF_HOOK_ENV_VERBOSE);
   verbose = v && *v && strcmp(v, "0") != 0;
+  /* Resolve every pass-through now: a handler's first write must not be
+   * the one that calls dlsym (not async-signal-safe). */
+  for (int i = 0; i < H_COUNT; i++) (void)real_sym(i);
 }

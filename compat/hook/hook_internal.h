@@ -36,8 +36,4 @@
  * aside (a child forked from a fiber). Async-signal-safe. */
 IOF_HOOK_HIDDEN bool iof__hook_in_fiber(void);
 
-/* Exported for fiber/libc.c's probe and for programs that want to check
- * the hook is loaded: the hook's version string. */
-IOF_HOOK_API const char *iof_hook_version(void);
-
 #endif
