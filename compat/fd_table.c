@@ -1,0 +1,227 @@
+/* The fd table and the wait loop every blocking compat call shares (see
+ * fd_table.h). */
+#include "compat/fd_table.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#define CHUNK_BITS 10
+#define CHUNK_SIZE (1 << CHUNK_BITS)
+#define CHUNKS 4096 /* 4M fd numbers */
+
+static _Atomic(iof__fd_slot *) chunks[CHUNKS];
+
+iof__fd_slot *iof__fd_slot_peek(int fd) {
+  if (fd < 0 || (fd >> CHUNK_BITS) >= CHUNKS) return NULL;
+  iof__fd_slot *c =
+      atomic_load_explicit(&chunks[fd >> CHUNK_BITS], memory_order_acquire);
+  return c ? &c[fd & (CHUNK_SIZE - 1)] : NULL;
+}
+
+iof__fd_slot *iof__fd_slot_get(int fd) {
+  if (fd < 0 || (fd >> CHUNK_BITS) >= CHUNKS) return NULL;
+  _Atomic(iof__fd_slot *) *p = &chunks[fd >> CHUNK_BITS];
+  iof__fd_slot *c = atomic_load_explicit(p, memory_order_acquire);
+  if (!c) {
+    /* Racing threads may both allocate: one wins, the other frees. */
+    iof__fd_slot *n = calloc(CHUNK_SIZE, sizeof *n);
+    if (!n) return NULL;
+    if (atomic_compare_exchange_strong_explicit(p, &c, n, memory_order_acq_rel,
+                                                memory_order_acquire))
+      c = n;
+    else
+      free(n);
+  }
+  return &c[fd & (CHUNK_SIZE - 1)];
+}
+
+/* Held for a few instructions (a link, a generation check, a wake-up
+ * post): a spin that yields beats a mutex the hook could interpose. */
+static void slot_lock(iof__fd_slot *s) {
+  int expect = 0;
+  while (!atomic_compare_exchange_weak_explicit(
+      &s->lock, &expect, 1, memory_order_acquire, memory_order_relaxed)) {
+    expect = 0;
+    iof__libc.sched_yield();
+  }
+}
+
+static void slot_unlock(iof__fd_slot *s) {
+  atomic_store_explicit(&s->lock, 0, memory_order_release);
+}
+
+static int64_t timeo_ns(int fd, int name) {
+  struct timeval tv = {0, 0};
+  socklen_t len = sizeof tv;
+  if (iof__libc.getsockopt(fd, SOL_SOCKET, name, &tv, &len) != 0) return 0;
+  return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
+}
+
+unsigned iof__fd_learn(int fd, iof__fd_slot *s) {
+  int fl = iof__libc.fcntl(fd, F_GETFL);
+  if (fl < 0) return 0;
+  unsigned st = IOF__FD_KNOWN;
+  if (fl & O_NONBLOCK) {
+    st |= IOF__FD_USER_NB;
+  } else {
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) return 0;
+    /* Files and block devices are always "ready" to epoll's mind (it
+     * refuses them); a terminal's O_NONBLOCK would be shared with the
+     * shell that owns it. Those block their thread, as documented. */
+    if (S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode) ||
+        (S_ISCHR(sb.st_mode) && isatty(fd))) {
+      st |= IOF__FD_PASS;
+    } else if (iof__libc.fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0) {
+      st |= IOF__FD_RT_NB;
+      if (S_ISSOCK(sb.st_mode)) {
+        atomic_store(&s->rcv_ns, timeo_ns(fd, SO_RCVTIMEO));
+        atomic_store(&s->snd_ns, timeo_ns(fd, SO_SNDTIMEO));
+      }
+    } else {
+      st |= IOF__FD_PASS;
+    }
+  }
+  unsigned expect = 0;
+  if (!atomic_compare_exchange_strong(&s->flags, &expect, st)) return expect;
+  return st;
+}
+
+void iof__fd_reset(int fd, unsigned flags) {
+  iof__fd_slot *s = flags ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
+  if (!s) return;
+  slot_lock(s);
+  atomic_fetch_add_explicit(&s->gen, 1, memory_order_acq_rel);
+  for (iof__fd_waiter *w = s->waiters; w; w = w->next) {
+    w->linked = false;
+    iof__fd_wait_cancel(&w->fw, -EBADF);
+  }
+  s->waiters = NULL;
+  atomic_store_explicit(&s->rcv_ns, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->snd_ns, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->flags, flags, memory_order_release);
+  slot_unlock(s);
+}
+
+iof_io_context *iof__compat_io(iof_fiber *f) {
+  return iof__io_for_env(f->env);
+}
+
+bool iof__fd_begin(iof__fd_op *op, int fd, int events) {
+  iof_fiber *f = iof__sync_fiber();
+  iof__fd_slot *s = f ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
+  if (!s) return false;
+  unsigned gen = atomic_load_explicit(&s->gen, memory_order_acquire);
+  unsigned st = atomic_load_explicit(&s->flags, memory_order_acquire);
+  if (!st) {
+    if (!f) return false; /* not ours yet: the plain call is exact */
+    st = iof__fd_learn(fd, s);
+    if (!st) return false; /* not open: the plain call says EBADF */
+  }
+  if (st & (IOF__FD_USER_NB | IOF__FD_PASS)) return false;
+  op->slot = s;
+  op->fiber = f;
+  op->gen = gen;
+  op->fd = fd;
+  op->events = events;
+  op->saved_errno = errno;
+  op->deadline_ns = 0;
+  return true;
+}
+
+static int waiter_arm(iof__fd_wait *fw) {
+  iof__fd_waiter *w = (iof__fd_waiter *)fw;
+  iof__fd_slot *s = w->slot;
+  slot_lock(s);
+  if (atomic_load_explicit(&s->gen, memory_order_relaxed) != w->gen) {
+    slot_unlock(s);
+    return -EBADF;
+  }
+  w->prev = NULL;
+  w->next = s->waiters;
+  if (s->waiters) s->waiters->prev = w;
+  s->waiters = w;
+  w->linked = true;
+  slot_unlock(s);
+  return 0;
+}
+
+static void waiter_disarm(iof__fd_wait *fw) {
+  iof__fd_waiter *w = (iof__fd_waiter *)fw;
+  iof__fd_slot *s = w->slot;
+  slot_lock(s);
+  if (w->linked) {
+    if (w->prev)
+      w->prev->next = w->next;
+    else
+      s->waiters = w->next;
+    if (w->next) w->next->prev = w->prev;
+    w->linked = false;
+  }
+  slot_unlock(s);
+}
+
+/* A thread's stand-in for the kernel's blocking wait on an fd whose
+ * O_NONBLOCK the runtime set. A signal restarts it: the blocking call it
+ * replaces would have been restarted too (SA_RESTART) or could not tell. */
+static int thread_wait(int fd, int events, int64_t deadline_ns) {
+  struct pollfd p = {fd,
+                     (short)((events & EV_READ ? POLLIN : 0) |
+                             (events & EV_WRITE ? POLLOUT : 0)),
+                     0};
+  for (;;) {
+    int ms = -1;
+    if (deadline_ns >= 0) {
+      int64_t left = deadline_ns - iof__now_ns();
+      if (left <= 0) return -ETIMEDOUT;
+      ms = (int)((left + 999999) / 1000000);
+    }
+    int r = iof__libc.poll(&p, 1, ms);
+    if (r > 0) return (p.revents & POLLNVAL) ? -EBADF : 0;
+    if (r < 0 && errno != EINTR) return -errno;
+  }
+}
+
+int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns) {
+  if (!op->fiber) return thread_wait(op->fd, op->events, deadline_ns);
+  iof__fd_waiter w = {0};
+  w.fw.fd = op->fd;
+  w.fw.events = op->events;
+  w.fw.on_arm = waiter_arm;
+  w.fw.on_disarm = waiter_disarm;
+  w.slot = op->slot;
+  w.gen = op->gen;
+  int r = iof__fd_wait_run(&w.fw, iof__compat_io(op->fiber), deadline_ns);
+  if (r == 0 &&
+      atomic_load_explicit(&op->slot->gen, memory_order_acquire) != op->gen)
+    r = -EBADF; /* closed (and maybe reused) while the wait ended */
+  return r;
+}
+
+bool iof__fd_again(iof__fd_op *op) {
+  if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+  if (op->deadline_ns == 0) {
+    int64_t t = atomic_load_explicit(op->events & EV_WRITE ? &op->slot->snd_ns
+                                                           : &op->slot->rcv_ns,
+                                     memory_order_relaxed);
+    op->deadline_ns = t > 0 ? iof__now_ns() + t : -1;
+  }
+  int r = iof__fd_wait_for(op, op->deadline_ns);
+  if (r == 0) {
+    errno = op->saved_errno;
+    return true;
+  }
+  errno = r == -ETIMEDOUT ? EAGAIN : -r;
+  return false;
+}
+
+int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns) {
+  iof_fiber *f = iof__sync_fiber();
+  if (!f) return thread_wait(fd, events, deadline_ns);
+  iof__fd_wait fw = {0};
+  fw.fd = fd;
+  fw.events = events;
+  return iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns);
+}

@@ -1,0 +1,109 @@
+/* compat's record of every fd it has seen, indexed by fd number. Not
+ * installed.
+ *
+ * The table is two levels: a fixed array of chunk pointers and chunks of
+ * slots allocated on first use of their range (one allocation per 1024 fd
+ * numbers, ever; chunks are never freed). Lookups read one atomic pointer
+ * and never lock. A slot keeps:
+ * - flags: whether compat knows the fd (KNOWN), whether the user wants it
+ *   non-blocking (USER_NB), whether the runtime set O_NONBLOCK for its own
+ *   waits (RT_NB), or whether it cannot be polled and passes through (PASS);
+ * - the SO_RCVTIMEO / SO_SNDTIMEO the user set, in ns (0: none);
+ * - a generation, bumped whenever the number stops naming the same file
+ *   (close, dup2 over it, a new fd made through compat), so a waiter that
+ *   started on the old file can tell;
+ * - the fibers waiting on it, so close can wake them with EBADF. */
+#ifndef IOF_COMPAT_FD_TABLE_H
+#define IOF_COMPAT_FD_TABLE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fiber/libc.h"
+#include "io/fd_wait.h"
+
+enum {
+  IOF__FD_KNOWN = 1,
+  IOF__FD_USER_NB = 2,
+  IOF__FD_RT_NB = 4,
+  IOF__FD_PASS = 8,
+};
+
+typedef struct iof__fd_waiter iof__fd_waiter;
+
+typedef struct iof__fd_slot {
+  atomic_uint flags;
+  atomic_uint gen;
+  atomic_llong rcv_ns, snd_ns;
+  atomic_int lock; /* guards waiters and the gen check of an arming wait */
+  iof__fd_waiter *waiters;
+} iof__fd_slot;
+
+/* A fiber's wait on a slot (on the fiber's stack). */
+struct iof__fd_waiter {
+  iof__fd_wait fw;
+  iof__fd_slot *slot;
+  unsigned gen;
+  bool linked;
+  iof__fd_waiter *next, *prev;
+};
+
+/* The slot of fd, allocating its chunk on first use; NULL for a negative
+ * or too large fd (or when the chunk cannot be allocated: such fds pass
+ * through as plain calls). */
+IOF_HIDDEN iof__fd_slot *iof__fd_slot_get(int fd);
+
+/* The slot of fd if its chunk exists, else NULL (never allocates). */
+IOF_HIDDEN iof__fd_slot *iof__fd_slot_peek(int fd);
+
+/* Learns how to treat fd (first blocking use from a fiber): records the
+ * user's O_NONBLOCK, sets the runtime's when the fd is pollable, reads the
+ * socket timeouts. Returns the slot's flags (0: the fd is not open). */
+IOF_HIDDEN unsigned iof__fd_learn(int fd, iof__fd_slot *s);
+
+/* The number now names something else (or nothing): bumps the generation,
+ * wakes the waiters with EBADF, forgets flags and timeouts, then sets
+ * `flags`. */
+IOF_HIDDEN void iof__fd_reset(int fd, unsigned flags);
+
+/* One blocking call's view of its fd. */
+typedef struct iof__fd_op {
+  iof__fd_slot *slot;
+  iof_fiber *fiber; /* NULL: a thread emulating a blocking call */
+  unsigned gen;
+  int fd;
+  int events;          /* EV_READ or EV_WRITE */
+  int saved_errno;     /* errno at entry, restored after each wait */
+  int64_t deadline_ns; /* -1 none; 0 not computed yet */
+} iof__fd_op;
+
+/* Starts a call that may block on fd for `events`. False: make the plain
+ * call (the fd is unknown outside fibers, user-non-blocking, not pollable,
+ * or beyond the table). True: loop "try the non-blocking call; on failure
+ * iof__fd_again". */
+IOF_HIDDEN bool iof__fd_begin(iof__fd_op *op, int fd, int events);
+
+/* After a failed try (errno set by it): true when the fd became ready and
+ * the call should be tried again (errno restored to its value at entry);
+ * false when the call must fail now with errno set: the try's own error,
+ * EAGAIN after SO_RCVTIMEO/SO_SNDTIMEO, EBADF (closed while waiting),
+ * ECANCELED (the chain's stop token or the context's shutdown). */
+IOF_HIDDEN bool iof__fd_again(iof__fd_op *op);
+
+/* Waits for op's fd until the deadline without trying a call first.
+ * 0 ready, else -errno as iof__fd_again (-ETIMEDOUT at the deadline). */
+IOF_HIDDEN int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns);
+
+/* A plain wait on a single fd, for poll/select/epoll (not linked to the
+ * slot: close does not end it). In a launched fiber only. */
+IOF_HIDDEN int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns);
+
+/* The launched fiber running here, or NULL (declared by sched/
+ * sync_internal.h, whose names clash with io/'s). */
+IOF_HIDDEN iof_fiber *iof__sync_fiber(void);
+
+/* The io_context a fiber's waits use. */
+IOF_HIDDEN iof_io_context *iof__compat_io(iof_fiber *f);
+
+#endif

@@ -1,0 +1,160 @@
+/* iofiber compat: the POSIX fd, network, poll, sleep and resolver calls,
+ * fiber-aware. Each iof_compat_<name> has the exact signature and errno
+ * behaviour of <name>.
+ *
+ * Inside a launched fiber a call that would block suspends only the fiber
+ * (the fd is tried non-blocking; on EAGAIN the fiber waits on its
+ * io_context); outside a fiber each call is exactly the plain libc call.
+ * fds made elsewhere are taken over on first blocking use in a fiber. Every
+ * call keeps errno across suspension and never invents EINTR. A blocking
+ * call whose fiber's chain is stopped (stop token, context shutdown) fails
+ * with ECANCELED. See docs/porting.md, "What the compat layer covers". */
+#ifndef IOFIBER_COMPAT_IO_H
+#define IOFIBER_COMPAT_IO_H
+
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <iofiber/frame_allocator.h> /* IOF_API */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- making fds --------------------------------------------------------
+ * As socket(2), socketpair(2), pipe(2), pipe2(2). The new fds start with a
+ * clean record: SOCK_NONBLOCK / O_NONBLOCK mark them user-non-blocking
+ * (calls return EAGAIN as usual), otherwise calls on them from fibers
+ * suspend the fiber. -1 and errno as the plain call. */
+IOF_API int iof_compat_socket(int domain, int type, int protocol);
+IOF_API int iof_compat_socketpair(int domain, int type, int protocol,
+                                  int sv[2]);
+IOF_API int iof_compat_pipe(int fds[2]);
+IOF_API int iof_compat_pipe2(int fds[2], int flags);
+
+/* ---- accept / connect --------------------------------------------------
+ * accept(2), accept4(2): in a fiber, waits for a connection (SO_RCVTIMEO
+ * gives EAGAIN); the new fd is user-non-blocking only with SOCK_NONBLOCK.
+ * connect(2): in a fiber on a blocking-view socket, waits for the
+ * handshake and reports SO_ERROR as errno (ECONNREFUSED...); SO_SNDTIMEO
+ * expiring gives EINPROGRESS, as Linux does. Non-blocking users keep
+ * EINPROGRESS + SO_ERROR. */
+IOF_API int iof_compat_accept(int fd, struct sockaddr *addr, socklen_t *len);
+IOF_API int iof_compat_accept4(int fd, struct sockaddr *addr, socklen_t *len,
+                               int flags);
+IOF_API int iof_compat_connect(int fd, const struct sockaddr *addr,
+                               socklen_t len);
+
+/* ---- byte calls --------------------------------------------------------
+ * As read(2), write(2), readv(2), writev(2), recv(2), send(2), recvfrom(2),
+ * sendto(2), recvmsg(2), sendmsg(2). In a fiber, a would-block suspends
+ * the fiber until the fd is ready (or SO_RCVTIMEO / SO_SNDTIMEO passes:
+ * EAGAIN; or the fd is closed by another fiber: EBADF). User-non-blocking
+ * fds, MSG_DONTWAIT, regular files and terminals behave exactly as the
+ * plain call (files and terminals block the thread). */
+IOF_API ssize_t iof_compat_read(int fd, void *buf, size_t n);
+IOF_API ssize_t iof_compat_write(int fd, const void *buf, size_t n);
+IOF_API ssize_t iof_compat_readv(int fd, const struct iovec *iov, int cnt);
+IOF_API ssize_t iof_compat_writev(int fd, const struct iovec *iov, int cnt);
+IOF_API ssize_t iof_compat_recv(int fd, void *buf, size_t n, int flags);
+IOF_API ssize_t iof_compat_send(int fd, const void *buf, size_t n, int flags);
+IOF_API ssize_t iof_compat_recvfrom(int fd, void *buf, size_t n, int flags,
+                                    struct sockaddr *addr, socklen_t *len);
+IOF_API ssize_t iof_compat_sendto(int fd, const void *buf, size_t n, int flags,
+                                  const struct sockaddr *addr, socklen_t len);
+IOF_API ssize_t iof_compat_recvmsg(int fd, struct msghdr *msg, int flags);
+IOF_API ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags);
+
+/* ---- multiplexing ------------------------------------------------------
+ * As poll(2), ppoll(2), select(2), pselect(2), epoll_wait(2),
+ * epoll_pwait(2), with the kernel's own results (revents, sets, events):
+ * in a fiber they check once without waiting, then suspend until one of
+ * the fds may be ready or the timeout passes, and check again. The signal
+ * mask of ppoll/pselect/epoll_pwait applies to the checks only, not to the
+ * suspended time. select is limited to FD_SETSIZE like the plain call. */
+IOF_API int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
+IOF_API int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
+                             const struct timespec *timeout,
+                             const sigset_t *sigmask);
+IOF_API int iof_compat_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
+                              struct timeval *timeout);
+IOF_API int iof_compat_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
+                               const struct timespec *timeout,
+                               const sigset_t *sigmask);
+IOF_API int iof_compat_epoll_wait(int epfd, struct epoll_event *events,
+                                  int maxevents, int timeout_ms);
+IOF_API int iof_compat_epoll_pwait(int epfd, struct epoll_event *events,
+                                   int maxevents, int timeout_ms,
+                                   const sigset_t *sigmask);
+
+/* ---- sleeping and yielding ---------------------------------------------
+ * As sleep(3), usleep(3), nanosleep(2), clock_nanosleep(2): in a fiber, the
+ * fiber sleeps (iof_sleep_for); never interrupted, so sleep returns 0 and
+ * rem is never written (except ECANCELED on a stopped chain: sleep then
+ * returns the seconds left). clock_nanosleep handles CLOCK_REALTIME,
+ * CLOCK_MONOTONIC (and BOOTTIME/TAI) with or without TIMER_ABSTIME and
+ * returns the error number itself, as POSIX says; other clocks pass
+ * through. sched_yield(2) in a fiber lets the other ready fibers run. */
+IOF_API unsigned iof_compat_sleep(unsigned seconds);
+IOF_API int iof_compat_usleep(useconds_t usec);
+IOF_API int iof_compat_nanosleep(const struct timespec *req,
+                                 struct timespec *rem);
+IOF_API int iof_compat_clock_nanosleep(clockid_t clock, int flags,
+                                       const struct timespec *req,
+                                       struct timespec *rem);
+IOF_API int iof_compat_sched_yield(void);
+
+/* ---- fd bookkeeping ----------------------------------------------------
+ * close(2), dup(2), dup2(2), dup3(2): closing (or dup2-ing over) an fd
+ * wakes the fibers waiting on it with EBADF; a reused number never reaches
+ * them. dup copies the user's blocking view. fcntl(2): F_GETFL shows the
+ * user's O_NONBLOCK (not the runtime's); F_SETFL records it; F_DUPFD*
+ * behave as dup; other commands pass through. ioctl(2): FIONBIO is
+ * recorded like F_SETFL; other requests pass through. -1 and errno as the
+ * plain call. */
+IOF_API int iof_compat_close(int fd);
+IOF_API int iof_compat_dup(int fd);
+IOF_API int iof_compat_dup2(int fd, int fd2);
+IOF_API int iof_compat_dup3(int fd, int fd2, int flags);
+IOF_API int iof_compat_fcntl(int fd, int cmd, ...);
+IOF_API int iof_compat_ioctl(int fd, unsigned long req, ...);
+
+/* setsockopt(2), getsockopt(2), shutdown(2): passed to the kernel;
+ * setsockopt also records SO_RCVTIMEO / SO_SNDTIMEO for fiber waits (a
+ * zero timeval clears). Errors as the plain calls. */
+IOF_API int iof_compat_setsockopt(int fd, int level, int name, const void *val,
+                                  socklen_t len);
+IOF_API int iof_compat_getsockopt(int fd, int level, int name, void *val,
+                                  socklen_t *len);
+IOF_API int iof_compat_shutdown(int fd, int how);
+
+/* ---- name resolution ---------------------------------------------------
+ * As getaddrinfo(3), freeaddrinfo(3), gethostbyname(3),
+ * gethostbyname_r(3). In a fiber the lookup runs on the resolver threads
+ * of the fiber's io_context (never on the io thread), the fiber suspended;
+ * many fibers resolve in parallel. gethostbyname's static result is per
+ * thread, as glibc's: in a fiber, use it before the next suspension (or
+ * use gethostbyname_r). EAI_* / h_errno as the plain calls; a stopped
+ * chain gives EAI_SYSTEM with errno ECANCELED (gethostbyname: NULL and
+ * h_errno TRY_AGAIN). */
+IOF_API int iof_compat_getaddrinfo(const char *host, const char *service,
+                                   const struct addrinfo *hints,
+                                   struct addrinfo **res);
+IOF_API void iof_compat_freeaddrinfo(struct addrinfo *res);
+IOF_API struct hostent *iof_compat_gethostbyname(const char *name);
+IOF_API int iof_compat_gethostbyname_r(const char *name, struct hostent *ret,
+                                       char *buf, size_t buflen,
+                                       struct hostent **result, int *h_errnop);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,461 @@
+/* The fd-making, byte, connect/accept and bookkeeping calls of compat
+ * (see compat_io.h). Each blocking call is "begin; loop { try the plain
+ * non-blocking call; on failure iof__fd_again }" (fd_table.c does the
+ * waiting); begin says when the plain call is already exact. */
+#include <iofiber/compat_io.h>
+
+#include "compat/fd_table.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
+
+/* The record of a new fd: what the user asked for (non-blocking or not)
+ * and whether the runtime made it non-blocking for a fiber. */
+static void fresh(int fd, bool user_nb, bool rt_nb) {
+  iof__fd_reset(fd, user_nb ? IOF__FD_KNOWN | IOF__FD_USER_NB
+                    : rt_nb ? IOF__FD_KNOWN | IOF__FD_RT_NB
+                            : 0);
+}
+
+/* `to` now names the file `from` names (dup): same blocking view, same
+ * socket timeouts. */
+static void inherit(int from, int to) {
+  iof__fd_slot *s = iof__fd_slot_peek(from);
+  unsigned st = s ? atomic_load(&s->flags) : 0;
+  iof__fd_reset(to, st);
+  if (st) {
+    iof__fd_slot *t = iof__fd_slot_peek(to);
+    if (t) {
+      atomic_store(&t->rcv_ns, atomic_load(&s->rcv_ns));
+      atomic_store(&t->snd_ns, atomic_load(&s->snd_ns));
+    }
+  }
+}
+
+/* ---- making fds -------------------------------------------------------- */
+
+int iof_compat_socket(int domain, int type, int protocol) {
+  bool user_nb = type & SOCK_NONBLOCK;
+  bool in_fiber = iof__sync_fiber() != NULL;
+  int fd =
+      iof__libc.socket(domain, type | (in_fiber ? SOCK_NONBLOCK : 0), protocol);
+  if (fd >= 0) fresh(fd, user_nb, in_fiber);
+  return fd;
+}
+
+int iof_compat_socketpair(int domain, int type, int protocol, int sv[2]) {
+  bool user_nb = type & SOCK_NONBLOCK;
+  bool in_fiber = iof__sync_fiber() != NULL;
+  int r = iof__libc.socketpair(domain, type | (in_fiber ? SOCK_NONBLOCK : 0),
+                               protocol, sv);
+  if (r == 0) {
+    fresh(sv[0], user_nb, in_fiber);
+    fresh(sv[1], user_nb, in_fiber);
+  }
+  return r;
+}
+
+int iof_compat_pipe2(int fds[2], int flags) {
+  bool user_nb = flags & O_NONBLOCK;
+  bool in_fiber = iof__sync_fiber() != NULL;
+  int r = iof__libc.pipe2(fds, flags | (in_fiber ? O_NONBLOCK : 0));
+  if (r == 0) {
+    fresh(fds[0], user_nb, in_fiber);
+    fresh(fds[1], user_nb, in_fiber);
+  }
+  return r;
+}
+
+int iof_compat_pipe(int fds[2]) {
+  if (!iof__sync_fiber()) {
+    int r = iof__libc.pipe(fds);
+    if (r == 0) {
+      fresh(fds[0], false, false);
+      fresh(fds[1], false, false);
+    }
+    return r;
+  }
+  return iof_compat_pipe2(fds, 0);
+}
+
+/* ---- accept / connect -------------------------------------------------- */
+
+int iof_compat_accept4(int fd, struct sockaddr *addr, socklen_t *len,
+                       int flags) {
+  bool user_nb = flags & SOCK_NONBLOCK;
+  iof__fd_op op;
+  if (!iof__fd_begin(&op, fd, EV_READ)) {
+    int c = iof__libc.accept4(fd, addr, len, flags);
+    if (c >= 0) fresh(c, user_nb, false);
+    return c;
+  }
+  bool rt_nb = op.fiber != NULL;
+  for (;;) {
+    int c =
+        iof__libc.accept4(fd, addr, len, flags | (rt_nb ? SOCK_NONBLOCK : 0));
+    if (c >= 0) {
+      fresh(c, user_nb, rt_nb);
+      return c;
+    }
+    if (!iof__fd_again(&op)) return -1;
+  }
+}
+
+int iof_compat_accept(int fd, struct sockaddr *addr, socklen_t *len) {
+  iof__fd_op op;
+  if (!iof__fd_begin(&op, fd, EV_READ)) {
+    int c = iof__libc.accept(fd, addr, len);
+    if (c >= 0) fresh(c, false, false);
+    return c;
+  }
+  return iof_compat_accept4(fd, addr, len, 0);
+}
+
+int iof_compat_connect(int fd, const struct sockaddr *addr, socklen_t len) {
+  iof__fd_op op;
+  if (!iof__fd_begin(&op, fd, EV_WRITE))
+    return iof__libc.connect(fd, addr, len);
+  for (;;) {
+    int r = iof__libc.connect(fd, addr, len);
+    if (r == 0) return 0;
+    if (errno == EAGAIN) { /* a full AF_UNIX backlog: wait, then retry */
+      if (iof__fd_again(&op)) continue;
+      return -1;
+    }
+    if (errno != EINPROGRESS) return -1;
+    int64_t t = atomic_load(&op.slot->snd_ns);
+    int w = iof__fd_wait_for(&op, t > 0 ? iof__now_ns() + t : -1);
+    if (w == -ETIMEDOUT) {
+      errno = EINPROGRESS; /* Linux's answer when SO_SNDTIMEO expires */
+      return -1;
+    }
+    if (w < 0) {
+      errno = -w;
+      return -1;
+    }
+    int err = 0;
+    socklen_t el = sizeof err;
+    if (iof__libc.getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+      return -1;
+    if (err) {
+      errno = err;
+      return -1;
+    }
+    errno = op.saved_errno;
+    return 0;
+  }
+}
+
+/* ---- byte calls -------------------------------------------------------- */
+
+/* One try-wait loop around `call` (an expression using the arguments). */
+#define IOF__BLOCKING(fd, ev, call)                                            \
+  do {                                                                         \
+    iof__fd_op op_;                                                            \
+    if (!iof__fd_begin(&op_, fd, ev)) return call;                             \
+    for (;;) {                                                                 \
+      ssize_t r_ = call;                                                       \
+      if (r_ >= 0 || !iof__fd_again(&op_)) return r_;                          \
+    }                                                                          \
+  } while (0)
+
+ssize_t iof_compat_read(int fd, void *buf, size_t n) {
+  IOF__BLOCKING(fd, EV_READ, iof__libc.read(fd, buf, n));
+}
+
+ssize_t iof_compat_readv(int fd, const struct iovec *iov, int cnt) {
+  IOF__BLOCKING(fd, EV_READ, iof__libc.readv(fd, iov, cnt));
+}
+
+ssize_t iof_compat_recvmsg(int fd, struct msghdr *msg, int flags) {
+  if (flags & MSG_DONTWAIT) return iof__libc.recvmsg(fd, msg, flags);
+  IOF__BLOCKING(fd, EV_READ, iof__libc.recvmsg(fd, msg, flags));
+}
+
+ssize_t iof_compat_recvfrom(int fd, void *buf, size_t n, int flags,
+                            struct sockaddr *addr, socklen_t *len) {
+  if (flags & MSG_DONTWAIT)
+    return iof__libc.recvfrom(fd, buf, n, flags, addr, len);
+  iof__fd_op op;
+  if (!iof__fd_begin(&op, fd, EV_READ))
+    return iof__libc.recvfrom(fd, buf, n, flags, addr, len);
+  /* MSG_WAITALL on a non-blocking socket stops at what is there: keep
+   * going until the blocking call would have returned. */
+  size_t got = 0;
+  for (;;) {
+    ssize_t r =
+        iof__libc.recvfrom(fd, (char *)buf + got, n - got, flags, addr, len);
+    if (r > 0 && (flags & MSG_WAITALL)) {
+      got += (size_t)r;
+      if (got < n) continue;
+      return (ssize_t)got;
+    }
+    if (r >= 0) return (ssize_t)(got + (size_t)r);
+    if (!iof__fd_again(&op)) {
+      if (!got) return -1;
+      errno = op.saved_errno;
+      return (ssize_t)got;
+    }
+  }
+}
+
+ssize_t iof_compat_recv(int fd, void *buf, size_t n, int flags) {
+  return iof_compat_recvfrom(fd, buf, n, flags, NULL, NULL);
+}
+
+enum { PUT_WRITE, PUT_SEND, PUT_SENDTO };
+
+static ssize_t put(int kind, int fd, const void *buf, size_t n, int flags,
+                   const struct sockaddr *a, socklen_t al) {
+  switch (kind) {
+  case PUT_WRITE:
+    return iof__libc.write(fd, buf, n);
+  case PUT_SEND:
+    return iof__libc.send(fd, buf, n, flags);
+  default:
+    return iof__libc.sendto(fd, buf, n, flags, a, al);
+  }
+}
+
+/* A blocking write hands over everything (pipes, stream sockets) unless
+ * an error or a timeout stops it: then it reports what it wrote. */
+static ssize_t put_all(int kind, int fd, const void *buf, size_t n, int flags,
+                       const struct sockaddr *a, socklen_t al) {
+  iof__fd_op op;
+  if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE))
+    return put(kind, fd, buf, n, flags, a, al);
+  size_t done = 0;
+  for (;;) {
+    ssize_t r = put(kind, fd, (const char *)buf + done, n - done, flags, a, al);
+    if (r >= 0) {
+      done += (size_t)r;
+      if (done >= n) return (ssize_t)done;
+      continue;
+    }
+    if (!iof__fd_again(&op)) {
+      if (!done) return -1;
+      errno = op.saved_errno;
+      return (ssize_t)done;
+    }
+  }
+}
+
+ssize_t iof_compat_write(int fd, const void *buf, size_t n) {
+  return put_all(PUT_WRITE, fd, buf, n, 0, NULL, 0);
+}
+
+ssize_t iof_compat_send(int fd, const void *buf, size_t n, int flags) {
+  return put_all(PUT_SEND, fd, buf, n, flags, NULL, 0);
+}
+
+ssize_t iof_compat_sendto(int fd, const void *buf, size_t n, int flags,
+                          const struct sockaddr *addr, socklen_t len) {
+  return put_all(PUT_SENDTO, fd, buf, n, flags, addr, len);
+}
+
+#define IOF__IOV_COPY 64
+
+/* writev/sendmsg: as put_all over an iovec (copied to advance it; beyond
+ * IOF__IOV_COPY entries a partial write is returned as is). Control data
+ * goes with the first piece only. */
+static ssize_t putv_all(int fd, const struct msghdr *msg, int flags,
+                        bool is_sendmsg) {
+  iof__fd_op op;
+  if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE))
+    return is_sendmsg
+               ? iof__libc.sendmsg(fd, msg, flags)
+               : iof__libc.writev(fd, msg->msg_iov, (int)msg->msg_iovlen);
+  struct iovec v[IOF__IOV_COPY];
+  struct msghdr m = *msg;
+  size_t total = 0;
+  for (size_t i = 0; i < msg->msg_iovlen; i++) total += msg->msg_iov[i].iov_len;
+  size_t done = 0;
+  for (;;) {
+    ssize_t r = is_sendmsg ? iof__libc.sendmsg(fd, &m, flags)
+                           : iof__libc.writev(fd, m.msg_iov, (int)m.msg_iovlen);
+    if (r >= 0) {
+      done += (size_t)r;
+      if (done >= total || msg->msg_iovlen > IOF__IOV_COPY)
+        return (ssize_t)done;
+      /* Rebuild the rest from the original vector. */
+      size_t skip = done, k = 0, cnt = 0;
+      while (skip >= msg->msg_iov[k].iov_len) skip -= msg->msg_iov[k++].iov_len;
+      for (; k < msg->msg_iovlen; k++, cnt++) {
+        v[cnt] = msg->msg_iov[k];
+        v[cnt].iov_base = (char *)v[cnt].iov_base + skip;
+        v[cnt].iov_len -= skip;
+        skip = 0;
+      }
+      m.msg_iov = v;
+      m.msg_iovlen = cnt;
+      m.msg_control = NULL;
+      m.msg_controllen = 0;
+      continue;
+    }
+    if (!iof__fd_again(&op)) {
+      if (!done) return -1;
+      errno = op.saved_errno;
+      return (ssize_t)done;
+    }
+  }
+}
+
+ssize_t iof_compat_writev(int fd, const struct iovec *iov, int cnt) {
+  if (cnt < 0 || cnt > IOV_MAX) return iof__libc.writev(fd, iov, cnt);
+  struct msghdr m = {0};
+  m.msg_iov = (struct iovec *)iov;
+  m.msg_iovlen = (size_t)cnt;
+  return putv_all(fd, &m, 0, false);
+}
+
+ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags) {
+  if (!msg) return iof__libc.sendmsg(fd, msg, flags);
+  return putv_all(fd, msg, flags, true);
+}
+
+/* ---- fd bookkeeping ---------------------------------------------------- */
+
+int iof_compat_close(int fd) {
+  iof__fd_reset(fd, 0);
+  return iof__libc.close(fd);
+}
+
+int iof_compat_dup(int fd) {
+  int r = iof__libc.dup(fd);
+  if (r >= 0) inherit(fd, r);
+  return r;
+}
+
+int iof_compat_dup2(int fd, int fd2) {
+  if (fd == fd2) return iof__libc.dup2(fd, fd2);
+  iof__fd_reset(fd2, 0); /* its waiters see EBADF, never the new file */
+  int r = iof__libc.dup2(fd, fd2);
+  if (r >= 0) inherit(fd, r);
+  return r;
+}
+
+int iof_compat_dup3(int fd, int fd2, int flags) {
+  if (fd != fd2) iof__fd_reset(fd2, 0);
+  int r = iof__libc.dup3(fd, fd2, flags);
+  if (r >= 0) inherit(fd, r);
+  return r;
+}
+
+/* The user's wish for O_NONBLOCK on fd, from F_SETFL or FIONBIO. The
+ * real flag stays set while the runtime needs it. Returns the call's. */
+static int set_user_nb(int fd, bool on,
+                       int (*apply)(int fd, bool real_on, void *arg),
+                       void *arg) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  unsigned st = s ? atomic_load(&s->flags) : 0;
+  bool runtime_needs = (st & IOF__FD_RT_NB) && !(st & IOF__FD_USER_NB);
+  if (!on && runtime_needs) return apply(fd, true, arg);
+  int r = apply(fd, on, arg);
+  if (r < 0 || !s || !st) return r;
+  if (on)
+    atomic_store(&s->flags, IOF__FD_KNOWN | IOF__FD_USER_NB);
+  else if (st & IOF__FD_USER_NB)
+    atomic_store(&s->flags, 0u); /* blocking again: learned afresh */
+  return r;
+}
+
+static int apply_setfl(int fd, bool real_on, void *arg) {
+  int fl = *(int *)arg;
+  return iof__libc.fcntl(fd, F_SETFL,
+                         real_on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
+}
+
+static int apply_fionbio(int fd, bool real_on, void *arg) {
+  (void)arg;
+  int v = real_on;
+  return iof__libc.ioctl(fd, FIONBIO, &v);
+}
+
+int iof_compat_fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  int r;
+  switch (cmd) {
+  case F_GETFL: {
+    r = iof__libc.fcntl(fd, F_GETFL);
+    iof__fd_slot *s = r >= 0 ? iof__fd_slot_peek(fd) : NULL;
+    unsigned st = s ? atomic_load(&s->flags) : 0;
+    if ((st & IOF__FD_RT_NB) && !(st & IOF__FD_USER_NB)) r &= ~O_NONBLOCK;
+    break;
+  }
+  case F_SETFL: {
+    int fl = va_arg(ap, int);
+    r = set_user_nb(fd, fl & O_NONBLOCK, apply_setfl, &fl);
+    break;
+  }
+  case F_DUPFD:
+  case F_DUPFD_CLOEXEC:
+    r = iof__libc.fcntl(fd, cmd, va_arg(ap, int));
+    if (r >= 0) inherit(fd, r);
+    break;
+  case F_GETFD:
+  case F_GETOWN:
+  case F_GETSIG:
+  case F_GETLEASE:
+  case F_GETPIPE_SZ:
+#ifdef F_GET_SEALS
+  case F_GET_SEALS:
+#endif
+    r = iof__libc.fcntl(fd, cmd);
+    break;
+  case F_SETFD:
+  case F_SETOWN:
+  case F_SETSIG:
+  case F_SETLEASE:
+  case F_NOTIFY:
+  case F_SETPIPE_SZ:
+#ifdef F_ADD_SEALS
+  case F_ADD_SEALS:
+#endif
+    r = iof__libc.fcntl(fd, cmd, va_arg(ap, int));
+    break;
+  default: /* the rest take a pointer (locks, owners, hints) */
+    r = iof__libc.fcntl(fd, cmd, va_arg(ap, void *));
+    break;
+  }
+  va_end(ap);
+  return r;
+}
+
+int iof_compat_ioctl(int fd, unsigned long req, ...) {
+  va_list ap;
+  va_start(ap, req);
+  void *arg = va_arg(ap, void *);
+  va_end(ap);
+  if (req == FIONBIO && arg)
+    return set_user_nb(fd, *(int *)arg != 0, apply_fionbio, NULL);
+  return iof__libc.ioctl(fd, req, arg);
+}
+
+int iof_compat_setsockopt(int fd, int level, int name, const void *val,
+                          socklen_t len) {
+  int r = iof__libc.setsockopt(fd, level, name, val, len);
+  if (r == 0 && level == SOL_SOCKET &&
+      (name == SO_RCVTIMEO || name == SO_SNDTIMEO) &&
+      len >= sizeof(struct timeval)) {
+    iof__fd_slot *s = iof__fd_slot_peek(fd);
+    if (s) {
+      const struct timeval *tv = val;
+      int64_t ns = (int64_t)tv->tv_sec * 1000000000 + tv->tv_usec * 1000;
+      atomic_store(name == SO_RCVTIMEO ? &s->rcv_ns : &s->snd_ns, ns);
+    }
+  }
+  return r;
+}
+
+int iof_compat_getsockopt(int fd, int level, int name, void *val,
+                          socklen_t *len) {
+  return iof__libc.getsockopt(fd, level, name, val, len);
+}
+
+int iof_compat_shutdown(int fd, int how) {
+  return iof__libc.shutdown(fd, how);
+}

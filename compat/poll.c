@@ -1,0 +1,261 @@
+/* poll, select and epoll_wait in fibers.
+ *
+ * The answer always comes from the kernel: a check with a zero timeout
+ * (the plain call). When nothing is ready the fiber waits for "maybe
+ * ready" and checks again, so revents and the sets are exactly the
+ * kernel's. The wait is on one fd through the io_context: the fd itself
+ * when poll has just one, the epoll fd for epoll_wait, and otherwise a
+ * throwaway epoll set holding the requested events (one epoll_ctl per
+ * fd, no allocation; it scales to thousands of fds and knows POLLPRI,
+ * which an ev_io does not). */
+#include <iofiber/compat_io.h>
+
+#include "compat/fd_table.h"
+
+#include <iofiber/timer.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+static const struct timespec zero_ts = {0, 0};
+
+/* ms from now as a monotonic deadline; < 0: none. */
+static int64_t deadline_ms(int ms) {
+  return ms < 0 ? -1 : iof__now_ns() + (int64_t)ms * 1000000;
+}
+
+static bool ts_valid(const struct timespec *ts) {
+  return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000;
+}
+
+static int64_t deadline_ts(const struct timespec *ts) {
+  if (!ts) return -1;
+  int64_t now = iof__now_ns();
+  if (ts->tv_sec > (INT64_MAX - now) / 1000000000 - 1) return -1;
+  return now + (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+/* Adds fd for ev to the set; a second entry for the same fd widens the
+ * first. Files (EPERM) are ready at once, so the check saw them. */
+static int ep_add(int ep, int fd, uint32_t ev) {
+  struct epoll_event e;
+  memset(&e, 0, sizeof e);
+  e.events = ev;
+  e.data.fd = fd;
+  if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e) == 0) return 0;
+  if (errno == EPERM || errno == EBADF) return 0;
+  return -errno;
+}
+
+/* Widening by MOD needs the old mask: recompute it from the poll array. */
+static int ep_add_poll(int ep, const struct pollfd *fds, nfds_t i) {
+  uint32_t ev = (uint16_t)fds[i].events;
+  int r = ep_add(ep, fds[i].fd, ev);
+  if (r != -EEXIST) return r;
+  for (nfds_t j = 0; j < i; j++)
+    if (fds[j].fd == fds[i].fd) ev |= (uint16_t)fds[j].events;
+  struct epoll_event e;
+  memset(&e, 0, sizeof e);
+  e.events = ev;
+  e.data.fd = fds[i].fd;
+  return epoll_ctl(ep, EPOLL_CTL_MOD, fds[i].fd, &e) == 0 ? 0 : -errno;
+}
+
+/* The wait between two checks: 0 (check again), -ETIMEDOUT, or -errno.
+ * When the epoll set cannot be built (no fd left, watch limit) it falls
+ * back to checking every 10 ms. */
+static int wait_set(int ep, int64_t deadline) {
+  if (ep >= 0) return iof__fd_wait_plain(ep, EV_READ, deadline);
+  int64_t next = iof__now_ns() + 10 * 1000000;
+  if (deadline >= 0 && deadline < next) next = deadline;
+  int r = iof_sleep_until(next);
+  if (r < 0) return r;
+  return deadline >= 0 && iof__now_ns() >= deadline ? -ETIMEDOUT : 0;
+}
+
+static void ep_close(int ep) {
+  if (ep >= 0) iof__libc.close(ep);
+}
+
+/* Ends a fiber wait: the kernel's answer (r >= 0 or -1 with its errno),
+ * or a wait failure as -1 + errno; errno at entry kept otherwise. */
+static int finish(int ep, int r, int werr, int saved) {
+  int e = errno;
+  ep_close(ep);
+  if (werr) {
+    errno = werr;
+    return -1;
+  }
+  errno = r < 0 ? e : saved;
+  return r;
+}
+
+/* Events for an ev_io when poll watches a single fd, 0 when an ev_io
+ * cannot express them (POLLPRI, POLLRDHUP, nothing at all). */
+static int single_events(short ev) {
+  if (ev & ~(POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM)) return 0;
+  return (ev & (POLLIN | POLLRDNORM) ? EV_READ : 0) |
+         (ev & (POLLOUT | POLLWRNORM) ? EV_WRITE : 0);
+}
+
+static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
+                      const sigset_t *mask) {
+  int saved = errno;
+  int ep = -1;
+  bool built = false;
+  int single = n == 1 && fds[0].fd >= 0 ? single_events(fds[0].events) : 0;
+  for (;;) {
+    int r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
+                 : iof__libc.poll(fds, n, 0);
+    if (r != 0) return finish(ep, r, 0, saved);
+    if (deadline >= 0 && iof__now_ns() >= deadline)
+      return finish(ep, 0, 0, saved);
+    int w;
+    if (single) {
+      w = iof__fd_wait_plain(fds[0].fd, single, deadline);
+    } else {
+      if (!built) {
+        built = true;
+        ep = epoll_create1(EPOLL_CLOEXEC);
+        for (nfds_t i = 0; ep >= 0 && i < n; i++)
+          if (fds[i].fd >= 0 && ep_add_poll(ep, fds, i) < 0) {
+            ep_close(ep);
+            ep = -1;
+          }
+      }
+      w = wait_set(ep, deadline);
+    }
+    if (w == -ETIMEDOUT) {
+      r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
+               : iof__libc.poll(fds, n, 0);
+      return finish(ep, r, 0, saved);
+    }
+    if (w < 0 && w != -EBADF) return finish(ep, -1, -w, saved);
+    /* Ready, or the single fd was closed: the next check tells. */
+  }
+}
+
+int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms) {
+  if (timeout_ms == 0 || !iof__sync_fiber())
+    return iof__libc.poll(fds, n, timeout_ms);
+  return poll_fiber(fds, n, deadline_ms(timeout_ms), NULL);
+}
+
+int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
+                     const struct timespec *timeout, const sigset_t *mask) {
+  if (!iof__sync_fiber() || (timeout && !ts_valid(timeout)) ||
+      (timeout && !timeout->tv_sec && !timeout->tv_nsec))
+    return iof__libc.ppoll(fds, n, timeout, mask);
+  return poll_fiber(fds, n, deadline_ts(timeout), mask);
+}
+
+/* select in a fiber: the sets are checked with a zero timeout, restored
+ * from copies before each check. */
+static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
+                        int64_t deadline, const sigset_t *mask) {
+  int saved = errno;
+  fd_set r0, w0, e0;
+  if (rd) r0 = *rd;
+  if (wr) w0 = *wr;
+  if (ex) e0 = *ex;
+  int ep = -1;
+  bool built = false;
+  for (;;) {
+    if (rd) *rd = r0;
+    if (wr) *wr = w0;
+    if (ex) *ex = e0;
+    int r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
+    if (r != 0) return finish(ep, r, 0, saved);
+    if (deadline >= 0 && iof__now_ns() >= deadline)
+      return finish(ep, 0, 0, saved);
+    if (!built) {
+      built = true;
+      ep = epoll_create1(EPOLL_CLOEXEC);
+      for (int fd = 0; ep >= 0 && fd < nfds; fd++) {
+        uint32_t ev = (rd && FD_ISSET(fd, &r0) ? EPOLLIN : 0) |
+                      (wr && FD_ISSET(fd, &w0) ? EPOLLOUT : 0) |
+                      (ex && FD_ISSET(fd, &e0) ? EPOLLPRI : 0);
+        if (ev && ep_add(ep, fd, ev) < 0) {
+          ep_close(ep);
+          ep = -1;
+        }
+      }
+    }
+    int w = wait_set(ep, deadline);
+    if (w == -ETIMEDOUT) {
+      if (rd) *rd = r0;
+      if (wr) *wr = w0;
+      if (ex) *ex = e0;
+      r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
+      return finish(ep, r, 0, saved);
+    }
+    if (w < 0) return finish(ep, -1, -w, saved);
+  }
+}
+
+int iof_compat_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
+                      struct timeval *timeout) {
+  if (!iof__sync_fiber() || nfds < 0 || nfds > FD_SETSIZE ||
+      (timeout && (timeout->tv_sec < 0 || timeout->tv_usec < 0 ||
+                   timeout->tv_usec >= 1000000)) ||
+      (timeout && !timeout->tv_sec && !timeout->tv_usec))
+    return iof__libc.select(nfds, rd, wr, ex, timeout);
+  struct timespec ts;
+  if (timeout) {
+    ts.tv_sec = timeout->tv_sec;
+    ts.tv_nsec = timeout->tv_usec * 1000;
+  }
+  int64_t deadline = deadline_ts(timeout ? &ts : NULL);
+  int r = select_fiber(nfds, rd, wr, ex, deadline, NULL);
+  if (timeout && deadline >= 0) { /* Linux reports the time left */
+    int e = errno;
+    int64_t left = deadline - iof__now_ns();
+    if (left < 0) left = 0;
+    timeout->tv_sec = left / 1000000000;
+    timeout->tv_usec = (left % 1000000000) / 1000;
+    errno = e;
+  }
+  return r;
+}
+
+int iof_compat_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
+                       const struct timespec *timeout, const sigset_t *mask) {
+  if (!iof__sync_fiber() || nfds < 0 || nfds > FD_SETSIZE ||
+      (timeout && !ts_valid(timeout)) ||
+      (timeout && !timeout->tv_sec && !timeout->tv_nsec))
+    return iof__libc.pselect(nfds, rd, wr, ex, timeout, mask);
+  return select_fiber(nfds, rd, wr, ex, deadline_ts(timeout), mask);
+}
+
+static int epoll_fiber(int epfd, struct epoll_event *events, int max,
+                       int64_t deadline, const sigset_t *mask) {
+  int saved = errno;
+  for (;;) {
+    int r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
+    if (r != 0) return finish(-1, r, 0, saved);
+    if (deadline >= 0 && iof__now_ns() >= deadline)
+      return finish(-1, 0, 0, saved);
+    int w = iof__fd_wait_plain(epfd, EV_READ, deadline);
+    if (w == -ETIMEDOUT) {
+      r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
+      return finish(-1, r, 0, saved);
+    }
+    if (w < 0 && w != -EBADF) return finish(-1, -1, -w, saved);
+  }
+}
+
+int iof_compat_epoll_wait(int epfd, struct epoll_event *events, int max,
+                          int timeout_ms) {
+  if (timeout_ms == 0 || !iof__sync_fiber())
+    return iof__libc.epoll_wait(epfd, events, max, timeout_ms);
+  return epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), NULL);
+}
+
+int iof_compat_epoll_pwait(int epfd, struct epoll_event *events, int max,
+                           int timeout_ms, const sigset_t *mask) {
+  if (timeout_ms == 0 || !iof__sync_fiber())
+    return iof__libc.epoll_pwait(epfd, events, max, timeout_ms, mask);
+  return epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), mask);
+}

@@ -1,0 +1,38 @@
+/* A wait on any pollable fd that a third party can end (compat's close
+ * wakes waiters with -EBADF). Not installed.
+ *
+ * Built on iof_wait like every io/ wait: one ev_io started by arm on the
+ * io_context's thread, stopped by disarm. The optional hooks run inside
+ * arm and disarm (io's thread, the fiber suspended), so an owner can keep
+ * its own list of waiters and refuse a wait whose fd went away. */
+#ifndef IOF_IO_FD_WAIT_H
+#define IOF_IO_FD_WAIT_H
+
+#include "io/io_internal.h"
+
+typedef struct iof__fd_wait iof__fd_wait;
+
+struct iof__fd_wait {
+  iof_wait w;
+  ev_io ev;
+  int fd;
+  int events; /* EV_READ and/or EV_WRITE */
+  /* Before the watcher starts; a result < 0 refuses the wait (returned). */
+  int (*on_arm)(iof__fd_wait *fw);
+  /* After the watcher stopped (only if on_arm accepted). */
+  void (*on_disarm)(iof__fd_wait *fw);
+};
+
+/* In a launched fiber: suspends until fd is ready for fw->events, the
+ * monotonic deadline_ns passes (< 0: none), or a cancellation. The caller
+ * sets fd, events and the hooks (others zero). 0 ready; -ETIMEDOUT;
+ * -ECANCELED (stop token, shutdown); what on_arm refused with or
+ * iof__fd_wait_cancel gave; -EPERM outside a launched fiber. */
+IOF_HIDDEN int iof__fd_wait_run(iof__fd_wait *fw, iof_io_context *io,
+                                int64_t deadline_ns);
+
+/* From any thread: ends a pending wait with `result`. False if it had
+ * already completed. */
+IOF_HIDDEN bool iof__fd_wait_cancel(iof__fd_wait *fw, int result);
+
+#endif

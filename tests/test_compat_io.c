@@ -1,0 +1,540 @@
+/* compat fd calls (compat_io.h): each scenario runs outside any fiber and
+ * inside one and must see the same results (success, EOF, EAGAIN on
+ * user-non-blocking fds, ECONNRESET, EBADF, SO_RCVTIMEO timeouts); then
+ * what only fibers show: a fiber blocked in read while others run, errno
+ * kept across suspension, close (and dup2) over a waited fd waking the
+ * waiter with EBADF, fds made before the runtime, blocking connect/accept
+ * between fibers, F_GETFL's user view. */
+#include "compat_io_test.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
+
+/* ---- same results in and out of fibers ---------------------------------- */
+
+static int sc_pipe_basics(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK(iof_compat_pipe(p) == 0);
+  CHECK(iof_compat_write(p[1], "hello", 5) == 5);
+  char b[16] = {0};
+  CHECK(iof_compat_read(p[0], b, sizeof b) == 5 && !memcmp(b, "hello", 5));
+  struct iovec v[2] = {{"ab", 2}, {"cde", 3}};
+  CHECK(iof_compat_writev(p[1], v, 2) == 5);
+  char x[2], y[8];
+  struct iovec r[2] = {{x, 2}, {y, 8}};
+  CHECK(iof_compat_readv(p[0], r, 2) == 5 && !memcmp(x, "ab", 2) &&
+        !memcmp(y, "cde", 3));
+  /* F_GETFL shows a blocking fd even once a fiber made it non-blocking. */
+  CHECK((iof_compat_fcntl(p[0], F_GETFL) & O_NONBLOCK) == 0);
+  CHECK(iof_compat_close(p[1]) == 0);
+  CHECK(iof_compat_read(p[0], b, sizeof b) == 0); /* EOF */
+  CHECK(iof_compat_close(p[0]) == 0);
+  errno = 0;
+  CHECK(iof_compat_read(p[0], b, 1) == -1 && errno == EBADF);
+  errno = 0;
+  CHECK(iof_compat_write(-1, b, 1) == -1 && errno == EBADF);
+  errno = 0;
+  CHECK(iof_compat_close(p[0]) == -1 && errno == EBADF);
+  return 0;
+}
+
+static void test_pipe_basics(void **s) {
+  (void)s;
+  both_ways(sc_pipe_basics, NULL);
+}
+
+static int sc_user_nonblocking(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK(iof_compat_pipe2(p, O_NONBLOCK) == 0);
+  char b[4];
+  errno = 0;
+  CHECK(iof_compat_read(p[0], b, sizeof b) == -1 && errno == EAGAIN);
+  CHECK(iof_compat_fcntl(p[0], F_GETFL) & O_NONBLOCK);
+  /* Back to blocking through fcntl, then non-blocking again by FIONBIO. */
+  int fl = iof_compat_fcntl(p[0], F_GETFL);
+  CHECK(iof_compat_fcntl(p[0], F_SETFL, fl & ~O_NONBLOCK) == 0);
+  CHECK((iof_compat_fcntl(p[0], F_GETFL) & O_NONBLOCK) == 0);
+  int on = 1;
+  CHECK(iof_compat_ioctl(p[0], FIONBIO, &on) == 0);
+  errno = 0;
+  CHECK(iof_compat_read(p[0], b, sizeof b) == -1 && errno == EWOULDBLOCK);
+  CHECK(iof_compat_fcntl(p[0], F_GETFL) & O_NONBLOCK);
+  /* A socket made SOCK_NONBLOCK, and MSG_DONTWAIT on a blocking one. */
+  int sv[2];
+  CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) ==
+        0);
+  errno = 0;
+  CHECK(iof_compat_recv(sv[0], b, sizeof b, 0) == -1 && errno == EAGAIN);
+  int sb[2];
+  CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sb) == 0);
+  errno = 0;
+  CHECK(iof_compat_recv(sb[0], b, sizeof b, MSG_DONTWAIT) == -1 &&
+        errno == EAGAIN);
+  /* A non-blocking writer fills the pipe and gets EAGAIN, not a wait. */
+  CHECK(iof_compat_fcntl(p[1], F_SETFL, O_NONBLOCK) == 0);
+  static char big[1 << 16];
+  ssize_t n;
+  size_t total = 0;
+  while ((n = iof_compat_write(p[1], big, sizeof big)) > 0) total += (size_t)n;
+  CHECK(n == -1 && errno == EAGAIN && total > 0);
+  for (int i = 0; i < 2; i++) {
+    iof_compat_close(p[i]);
+    iof_compat_close(sv[i]);
+    iof_compat_close(sb[i]);
+  }
+  return 0;
+}
+
+static void test_user_nonblocking(void **s) {
+  (void)s;
+  both_ways(sc_user_nonblocking, NULL);
+}
+
+/* An fd already O_NONBLOCK when first seen (made by plain libc) stays the
+ * user's non-blocking fd. */
+static int sc_foreign_nonblocking(void *arg) {
+  int *p = arg;
+  char b[4];
+  errno = 0;
+  CHECK(iof_compat_read(p[0], b, sizeof b) == -1 && errno == EAGAIN);
+  CHECK(iof_compat_fcntl(p[0], F_GETFL) & O_NONBLOCK);
+  return 0;
+}
+
+static void test_foreign_nonblocking(void **s) {
+  (void)s;
+  int p[2];
+  assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+  both_ways(sc_foreign_nonblocking, p);
+  close(p[0]);
+  close(p[1]);
+}
+
+/* TCP over loopback: connect, accept, send/recv, sendto/recvfrom,
+ * sendmsg/recvmsg, shutdown (EOF), then a reset (ECONNRESET). */
+static int sc_tcp(void *arg) {
+  (void)arg;
+  int l = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(l >= 0);
+  struct sockaddr_in a = loopback(0);
+  CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
+  CHECK(listen(l, 4) == 0);
+  socklen_t al = sizeof a;
+  CHECK(getsockname(l, (struct sockaddr *)&a, &al) == 0);
+  int c = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(iof_compat_connect(c, (struct sockaddr *)&a, sizeof a) == 0);
+  struct sockaddr_in peer;
+  socklen_t pl = sizeof peer;
+  int s = iof_compat_accept(l, (struct sockaddr *)&peer, &pl);
+  CHECK(s >= 0 && pl == sizeof peer && peer.sin_family == AF_INET);
+  CHECK(iof_compat_send(c, "ping", 4, 0) == 4);
+  char b[16] = {0};
+  CHECK(iof_compat_recv(s, b, 4, MSG_WAITALL) == 4 && !memcmp(b, "ping", 4));
+  CHECK(iof_compat_sendto(s, "pong", 4, 0, NULL, 0) == 4);
+  CHECK(iof_compat_recvfrom(c, b, sizeof b, 0, NULL, NULL) == 4 &&
+        !memcmp(b, "pong", 4));
+  struct iovec v = {"msg", 3};
+  struct msghdr m = {0};
+  m.msg_iov = &v;
+  m.msg_iovlen = 1;
+  CHECK(iof_compat_sendmsg(c, &m, 0) == 3);
+  struct iovec rv = {b, sizeof b};
+  struct msghdr rm = {0};
+  rm.msg_iov = &rv;
+  rm.msg_iovlen = 1;
+  CHECK(iof_compat_recvmsg(s, &rm, 0) == 3 && !memcmp(b, "msg", 3));
+  int one = 1, got = 0;
+  socklen_t gl = sizeof got;
+  CHECK(iof_compat_setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) ==
+        0);
+  CHECK(iof_compat_getsockopt(c, IPPROTO_TCP, TCP_NODELAY, &got, &gl) == 0 &&
+        got);
+  CHECK(iof_compat_shutdown(c, SHUT_WR) == 0);
+  CHECK(iof_compat_read(s, b, sizeof b) == 0);
+  /* A reset: linger 0 on close, then the peer's read sees ECONNRESET. */
+  struct linger lg = {1, 0};
+  CHECK(iof_compat_setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0);
+  CHECK(iof_compat_close(s) == 0);
+  errno = 0;
+  CHECK(iof_compat_read(c, b, sizeof b) == -1 && errno == ECONNRESET);
+  iof_compat_close(c);
+  /* Refused: nobody listens on the port any more. */
+  iof_compat_close(l);
+  c = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  errno = 0;
+  CHECK(iof_compat_connect(c, (struct sockaddr *)&a, sizeof a) == -1 &&
+        errno == ECONNREFUSED);
+  iof_compat_close(c);
+  return 0;
+}
+
+static void test_tcp(void **s) {
+  (void)s;
+  both_ways(sc_tcp, NULL);
+}
+
+/* SO_RCVTIMEO: a read with nothing to read gives EAGAIN after about the
+ * timeout, in both worlds; set by plain setsockopt before the fiber first
+ * sees the socket, or through compat. */
+static int sc_rcvtimeo(void *arg) {
+  int *sv = arg;
+  char b[4];
+  uint64_t t0 = iof_test_now_ns();
+  errno = 0;
+  CHECK(iof_compat_read(sv[0], b, sizeof b) == -1 && errno == EAGAIN);
+  int64_t ms = ms_since(t0);
+  CHECK(ms >= 90 && ms < 5000);
+  struct timeval tv = {0, 50 * 1000};
+  CHECK(iof_compat_setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ==
+        0);
+  t0 = iof_test_now_ns();
+  errno = 0;
+  CHECK(iof_compat_recv(sv[1], b, sizeof b, 0) == -1 && errno == EAGAIN);
+  ms = ms_since(t0);
+  CHECK(ms >= 40 && ms < 5000);
+  tv.tv_usec = 0; /* cleared again */
+  CHECK(iof_compat_setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ==
+        0);
+  return 0;
+}
+
+static void test_rcvtimeo(void **s) {
+  (void)s;
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  struct timeval tv = {0, 100 * 1000};
+  assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv),
+                   0);
+  both_ways(sc_rcvtimeo, sv);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* Regular files pass through (and dup keeps working on them). */
+static int sc_file(void *arg) {
+  (void)arg;
+  char path[] = "/tmp/iof_compat_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  unlink(path);
+  CHECK(iof_compat_write(fd, "data", 4) == 4);
+  CHECK(lseek(fd, 0, SEEK_SET) == 0);
+  int d = iof_compat_dup(fd);
+  char b[8] = {0};
+  CHECK(iof_compat_read(d, b, sizeof b) == 4 && !memcmp(b, "data", 4));
+  CHECK(iof_compat_read(fd, b, sizeof b) == 0);
+  CHECK((iof_compat_fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
+  iof_compat_close(d);
+  iof_compat_close(fd);
+  return 0;
+}
+
+static void test_file(void **s) {
+  (void)s;
+  both_ways(sc_file, NULL);
+}
+
+/* ---- only fibers ----------------------------------------------------------
+ */
+
+typedef struct fibers_ctx {
+  int rfd, wfd;
+  atomic_int ticks;
+  atomic_int done;
+  int ticks_before_data;
+  ssize_t got;
+  int err;
+  char buf[16];
+} fibers_ctx;
+
+static int reader(void *arg) {
+  fibers_ctx *r = arg;
+  errno = 4242; /* must survive the suspension */
+  r->got = iof_compat_read(r->rfd, r->buf, sizeof r->buf);
+  r->err = errno;
+  atomic_store(&r->done, 1);
+  return 0;
+}
+
+static int ticker(void *arg) {
+  fibers_ctx *r = arg;
+  while (!atomic_load(&r->done)) {
+    atomic_fetch_add(&r->ticks, 1);
+    iof_compat_usleep(1000);
+  }
+  return 0;
+}
+
+static int writer(void *arg) {
+  fibers_ctx *r = arg;
+  CHECK(iof_compat_usleep(100 * 1000) == 0);
+  r->ticks_before_data = atomic_load(&r->ticks);
+  CHECK(iof_compat_write(r->wfd, "x", 1) == 1);
+  return 0;
+}
+
+/* A fiber in read() on a pipe made before the runtime, while other fibers
+ * of the same thread keep running: only the fiber waits; errno survives
+ * the suspension. */
+static void test_read_blocks_only_fiber(void **s) {
+  (void)s;
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  fibers_ctx r = {0};
+  r.rfd = p[0];
+  r.wfd = p[1];
+  iof_io_context *io = new_io();
+  launch(io, reader, &r);
+  launch(io, ticker, &r);
+  launch(io, writer, &r);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(r.got, 1);
+  assert_int_equal(r.err, 4242);
+  assert_true(r.ticks_before_data >= 10);
+  /* The plain thread view is unchanged: a blocking fd. */
+  assert_int_equal(iof_compat_fcntl(p[0], F_GETFL) & O_NONBLOCK, 0);
+  assert_int_equal(iof_compat_write(p[1], "yz", 2), 2);
+  char b[4];
+  assert_int_equal(iof_compat_read(p[0], b, sizeof b), 2);
+  iof_compat_close(p[0]);
+  iof_compat_close(p[1]);
+}
+
+typedef struct close_ctx {
+  int fd, other;
+  int use_dup2;
+  ssize_t got;
+  int err;
+  atomic_int waiting;
+} close_ctx;
+
+static int blocked_reader(void *arg) {
+  close_ctx *c = arg;
+  char b[4];
+  atomic_store(&c->waiting, 1);
+  errno = 0;
+  c->got = iof_compat_read(c->fd, b, sizeof b);
+  c->err = errno;
+  return 0;
+}
+
+static int closer(void *arg) {
+  close_ctx *c = arg;
+  iof_compat_usleep(50 * 1000); /* the reader is waiting by now */
+  CHECK(atomic_load(&c->waiting));
+  if (c->use_dup2) {
+    /* The number now names another pipe that has data: the old waiter
+     * must not read it. */
+    CHECK(iof_compat_dup2(c->other, c->fd) == c->fd);
+  } else {
+    CHECK(iof_compat_close(c->fd) == 0);
+    /* Reuse the number at once. */
+    int p[2];
+    CHECK(iof_compat_pipe(p) == 0);
+    CHECK(iof_compat_write(p[1], "new", 3) == 3);
+    if (p[0] != c->fd) {
+      iof_compat_dup2(p[0], c->fd);
+      iof_compat_close(p[0]);
+    }
+    c->other = p[1];
+  }
+  return 0;
+}
+
+/* close or dup2 over an fd a fiber waits on wakes it with EBADF, and the
+ * reused number's data never reaches it. */
+static void close_while_waiting(int use_dup2) {
+  int p[2], q[2];
+  assert_int_equal(pipe(p), 0);
+  assert_int_equal(pipe(q), 0);
+  assert_int_equal(write(q[1], "other", 5), 5);
+  close_ctx c = {0};
+  c.fd = p[0];
+  c.other = q[0];
+  c.use_dup2 = use_dup2;
+  iof_io_context *io = new_io();
+  launch(io, blocked_reader, &c);
+  launch(io, closer, &c);
+  uint64_t t0 = iof_test_now_ns();
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_true(ms_since(t0) < 5000);
+  assert_int_equal(c.got, -1);
+  assert_int_equal(c.err, EBADF);
+  iof_compat_close(p[0]);
+  iof_compat_close(p[1]);
+  iof_compat_close(q[0]);
+  iof_compat_close(q[1]);
+  if (!use_dup2) iof_compat_close(c.other);
+}
+
+static void test_close_while_waiting(void **s) {
+  (void)s;
+  close_while_waiting(0);
+}
+
+static void test_dup2_while_waiting(void **s) {
+  (void)s;
+  close_while_waiting(1);
+}
+
+/* Blocking accept and connect between fibers, with a server echoing
+ * through a listener made before the runtime. */
+typedef struct echo_ctx {
+  int l, port, clients;
+  atomic_int served;
+} echo_ctx;
+
+static int echo_one(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  char b[64];
+  ssize_t n;
+  while ((n = iof_compat_read(fd, b, sizeof b)) > 0)
+    CHECK(iof_compat_write(fd, b, (size_t)n) == n);
+  CHECK(n == 0);
+  iof_compat_close(fd);
+  return 0;
+}
+
+static int acceptor(void *arg) {
+  echo_ctx *e = arg;
+  for (int i = 0; i < e->clients; i++) {
+    int fd = iof_compat_accept(e->l, NULL, NULL);
+    CHECK(fd >= 0);
+    if (fd < 0) return -1;
+    CHECK(iof_launch(iof_env_current()->executor, echo_one,
+                     (void *)(intptr_t)fd) == 0);
+  }
+  return 0;
+}
+
+static int client(void *arg) {
+  echo_ctx *e = arg;
+  int c = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = loopback(e->port);
+  CHECK(iof_compat_connect(c, (struct sockaddr *)&a, sizeof a) == 0);
+  char msg[32], b[32];
+  int len = snprintf(msg, sizeof msg, "hello %d", c);
+  for (int i = 0; i < 10; i++) {
+    CHECK(iof_compat_write(c, msg, (size_t)len) == len);
+    CHECK(iof_compat_recv(c, b, (size_t)len, MSG_WAITALL) == len);
+    CHECK(!memcmp(b, msg, (size_t)len));
+  }
+  iof_compat_close(c);
+  atomic_fetch_add(&e->served, 1);
+  return 0;
+}
+
+static void test_echo_between_fibers(void **s) {
+  (void)s;
+  echo_ctx e = {0};
+  e.clients = 50;
+  e.l = listen_tcp(&e.port, 64);
+  iof_io_context *io = new_io();
+  launch(io, acceptor, &e);
+  for (int i = 0; i < e.clients; i++) launch(io, client, &e);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(atomic_load(&e.served), e.clients);
+  iof_compat_close(e.l);
+}
+
+/* A big write to a blocking-view socket hands over everything while the
+ * peer fiber drains it slowly. */
+typedef struct bulk_ctx {
+  int sv[2];
+  size_t total;
+  size_t received;
+} bulk_ctx;
+
+static int bulk_writer(void *arg) {
+  bulk_ctx *b = arg;
+  static char big[1 << 20];
+  memset(big, 'q', sizeof big);
+  CHECK(iof_compat_write(b->sv[0], big, sizeof big) == (ssize_t)sizeof big);
+  iof_compat_close(b->sv[0]);
+  b->total = sizeof big;
+  return 0;
+}
+
+static int bulk_reader(void *arg) {
+  bulk_ctx *b = arg;
+  char buf[4096];
+  ssize_t n;
+  while ((n = iof_compat_read(b->sv[1], buf, sizeof buf)) > 0)
+    b->received += (size_t)n;
+  CHECK(n == 0);
+  return 0;
+}
+
+static void test_write_all(void **s) {
+  (void)s;
+  bulk_ctx b = {0};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, b.sv), 0);
+  iof_io_context *io = new_io();
+  launch(io, bulk_writer, &b);
+  launch(io, bulk_reader, &b);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(b.received, 1u << 20);
+  iof_compat_close(b.sv[1]);
+}
+
+/* A non-blocking user's connect keeps EINPROGRESS + SO_ERROR. */
+static int sc_nonblocking_connect(void *arg) {
+  int port = *(int *)arg;
+  int c = iof_compat_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  struct sockaddr_in a = loopback(port);
+  int r = iof_compat_connect(c, (struct sockaddr *)&a, sizeof a);
+  CHECK(r == 0 || errno == EINPROGRESS);
+  struct pollfd p = {c, POLLOUT, 0};
+  CHECK(iof_compat_poll(&p, 1, 5000) == 1);
+  int err = -1;
+  socklen_t el = sizeof err;
+  CHECK(iof_compat_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
+        err == 0);
+  iof_compat_close(c);
+  return 0;
+}
+
+static void test_nonblocking_connect(void **s) {
+  (void)s;
+  int port;
+  int l = listen_tcp(&port, 8);
+  both_ways(sc_nonblocking_connect, &port);
+  close(l);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(test_pipe_basics),
+      T(test_user_nonblocking),
+      T(test_foreign_nonblocking),
+      T(test_tcp),
+      T(test_rcvtimeo),
+      T(test_file),
+      T(test_read_blocks_only_fiber),
+      T(test_close_while_waiting),
+      T(test_dup2_while_waiting),
+      T(test_echo_between_fibers),
+      T(test_write_all),
+      T(test_nonblocking_connect),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
