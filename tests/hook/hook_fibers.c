@@ -1,0 +1,199 @@
+/* libiofiber-hook linked into a program: blocking libc calls made by
+ * fibers suspend only the fiber (everything runs on this one thread). */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "hook_support.h"
+#include "test_support.h"
+
+/* ---- poll on a pipe fed by another fiber ------------------------------- */
+
+typedef struct poll_case {
+  int p[2];
+  int poll_result;
+  short revents;
+  int64_t waited_ms;
+  int order[2], n;
+} poll_case;
+
+static int poller(void *arg) {
+  poll_case *c = arg;
+  struct pollfd f = {.fd = c->p[0], .events = POLLIN};
+  uint64_t t0 = iof_test_now_ns();
+  c->poll_result = poll(&f, 1, 5000);
+  c->waited_ms = ms_since(t0);
+  c->revents = f.revents;
+  c->order[c->n++] = 1;
+  return 0;
+}
+
+static int feeder(void *arg) {
+  poll_case *c = arg;
+  usleep(50 * 1000);
+  c->order[c->n++] = 2;
+  return write(c->p[1], "x", 1) == 1 ? 0 : -errno;
+}
+
+static int poll_pair(void *arg) {
+  poll_case *c = arg;
+  const iof_env *env = iof_env_current();
+  int r = iof_launch(env->executor, poller, c);
+  if (r == 0) r = iof_launch(env->executor, feeder, c);
+  return r;
+}
+
+static void test_poll_fed_by_fiber(void **state) {
+  (void)state;
+  poll_case c = {0};
+  assert_int_equal(pipe(c.p), 0);
+  unsigned long before = hook_count("poll", 0);
+  assert_int_equal(hook_run_fibers(1, poll_pair, &c), 0);
+  /* Had poll blocked the thread, the feeder could not have run: poll would
+   * have timed out after 5 s with 0. */
+  assert_int_equal(c.poll_result, 1);
+  assert_true(c.revents & POLLIN);
+  assert_true(c.waited_ms >= 40 && c.waited_ms < 2000);
+  assert_int_equal(c.order[0], 2);
+  assert_int_equal(c.order[1], 1);
+  assert_int_equal(hook_count("poll", 0), before + 1);
+  close(c.p[0]), close(c.p[1]);
+}
+
+/* ---- errno across suspension ------------------------------------------ */
+
+static int errno_sleeper(void *arg) {
+  int *out = arg;
+  errno = EILSEQ;
+  usleep(30 * 1000);
+  out[0] = errno;
+  return 0;
+}
+
+static int errno_spoiler(void *arg) {
+  int *out = arg;
+  errno = EXDEV;
+  usleep(5 * 1000);
+  errno = EXDEV;
+  out[1] = 1;
+  return 0;
+}
+
+static int errno_pair(void *arg) {
+  const iof_env *env = iof_env_current();
+  int r = iof_launch(env->executor, errno_sleeper, arg);
+  return r ? r : iof_launch(env->executor, errno_spoiler, arg);
+}
+
+static void test_errno_across_suspension(void **state) {
+  (void)state;
+  int out[2] = {0, 0};
+  assert_int_equal(hook_run_fibers(1, errno_pair, out), 0);
+  assert_int_equal(out[1], 1);
+  assert_int_equal(out[0], EILSEQ);
+}
+
+/* ---- fork in a fiber, then exec --------------------------------------- */
+
+typedef struct fork_case {
+  int p[2];
+  int status;
+  char from_child;
+  int ticks;
+} fork_case;
+
+static int forker(void *arg) {
+  fork_case *c = arg;
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* The hook has stepped aside in this child: plain calls. */
+    if (write(c->p[1], "c", 1) != 1) _exit(90);
+    execl("/bin/sh", "sh", "-c", "exit 7", (char *)NULL);
+    _exit(91);
+  }
+  if (pid < 0) return -errno;
+  /* Suspends this fiber until the child's byte arrives. */
+  if (read(c->p[0], &c->from_child, 1) != 1) return -EIO;
+  if (waitpid(pid, &c->status, 0) != pid) return -errno;
+  usleep(1000); /* the runtime still works in the parent */
+  return 0;
+}
+
+static int ticker(void *arg) {
+  fork_case *c = arg;
+  for (int i = 0; i < 5; i++) {
+    usleep(2000);
+    c->ticks++;
+  }
+  return 0;
+}
+
+static int fork_pair(void *arg) {
+  const iof_env *env = iof_env_current();
+  int r = iof_launch(env->executor, forker, arg);
+  return r ? r : iof_launch(env->executor, ticker, arg);
+}
+
+static void test_fork_then_exec(void **state) {
+  (void)state;
+  fork_case c = {.status = -1};
+  assert_int_equal(pipe(c.p), 0);
+  assert_int_equal(hook_run_fibers(1, fork_pair, &c), 0);
+  assert_int_equal(c.from_child, 'c');
+  assert_true(WIFEXITED(c.status));
+  assert_int_equal(WEXITSTATUS(c.status), 7);
+  assert_int_equal(c.ticks, 5);
+  close(c.p[0]), close(c.p[1]);
+}
+
+/* ---- getaddrinfo from 100 fibers -------------------------------------- */
+
+static int resolved;
+
+static int resolver_fiber(void *arg) {
+  (void)arg;
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *res = NULL;
+  int r = getaddrinfo("localhost", "80", &hints, &res);
+  if (r != 0 || !res) return -EIO;
+  struct sockaddr_in *sin = (struct sockaddr_in *)res->ai_addr;
+  bool ok = res->ai_family == AF_INET && ntohs(sin->sin_port) == 80 &&
+            ntohl(sin->sin_addr.s_addr) == 0x7f000001;
+  freeaddrinfo(res);
+  if (ok) resolved++;
+  return 0;
+}
+
+static void test_getaddrinfo_100(void **state) {
+  (void)state;
+  unsigned long in_fiber = hook_count("getaddrinfo", 0);
+  unsigned long blocked = hook_count("getaddrinfo", 1);
+  resolved = 0;
+  assert_int_equal(hook_run_fibers(100, resolver_fiber, NULL), 0);
+  assert_int_equal(resolved, 100);
+  assert_int_equal(hook_count("getaddrinfo", 0) + hook_count("getaddrinfo", 1),
+                   in_fiber + blocked + 100);
+}
+
+IOF_TEST_WATCHDOG(setup, teardown, 20)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_poll_fed_by_fiber, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_errno_across_suspension, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_fork_then_exec, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_getaddrinfo_100, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
