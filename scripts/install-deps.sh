@@ -13,6 +13,8 @@ PACKAGES=(
   libev-dev
   libcmocka-dev
   valgrind
+  curl
+  libcurl4-openssl-dev
 )
 
 missing=()
