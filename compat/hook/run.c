@@ -49,11 +49,13 @@ static bool find_hook(char *out, size_t cap) {
   if (!self_dir(dir, sizeof dir)) return false;
   const char *cands[] = {"", "/" IOF_RUN_LIBDIR_REL};
   for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) {
-    char p[PATH_MAX + 64];
-    if ((size_t)snprintf(p, sizeof p, "%s%s/%s", dir, cands[i], HOOK_NAME) >=
-        sizeof p)
+    char p[PATH_MAX + 64], d[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof p, "%s%s", dir, cands[i]) >= sizeof p)
       continue;
-    if (access(p, R_OK) == 0 && realpath(p, out)) return true;
+    /* The directory made canonical, the soname kept (not its target). */
+    if (!realpath(p, d)) continue;
+    if ((size_t)snprintf(out, cap, "%s/%s", d, HOOK_NAME) >= cap) continue;
+    if (access(out, R_OK) == 0) return true;
   }
   return false;
 }
