@@ -1,10 +1,15 @@
-/* The resolver service: one worker thread per io_context, started on first
- * use, running getaddrinfo for suspended fibers. A request lives on the
- * heap with two references (fiber and worker), so a fiber cancelled while
- * getaddrinfo runs can leave; whoever drops the last reference frees it. */
+/* The resolver service: worker threads per io_context, started on demand
+ * (one more whenever a request finds none idle, up to MAX_WORKERS), running
+ * getaddrinfo (or a job, iof__resolver_run) for suspended fibers. A request
+ * lives on the heap with two references (fiber and worker), so a fiber
+ * cancelled while getaddrinfo runs can leave; whoever drops the last reference
+ * frees it. */
 #include <iofiber/resolver.h>
 
 #include "io/socket_internal.h"
+
+#include "fiber/libc.h"
+#include "io/resolver_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -21,7 +26,14 @@ typedef struct request {
   int refs;    /* under the service lock */
   iof_wait *w; /* NULL once the fiber left */
   bool queued;
+  void (*fn)(void *); /* a job instead of getaddrinfo */
+  void *arg;          /* the job's; released by drop unless taken */
+  void (*release)(void *);
 } request;
+
+/* Lookups block for as long as DNS takes: parallel requests get parallel
+ * threads, up to this many per io_context. */
+#define MAX_WORKERS 32
 
 typedef struct resolver {
   iof_service base;
@@ -29,13 +41,15 @@ typedef struct resolver {
   pthread_cond_t cv;
   request *head, *tail;
   bool stop;
-  bool started;
-  pthread_t thread;
+  int started; /* threads[0..started) */
+  int idle;    /* workers waiting for a request */
+  pthread_t threads[MAX_WORKERS];
 } resolver;
 
 static void drop(request *r) {
   if (--r->refs) return;
   if (r->res) freeaddrinfo(r->res);
+  if (r->arg && r->release) r->release(r->arg);
   free(r->host);
   free(r->service);
   free(r);
@@ -45,7 +59,9 @@ static void *worker(void *arg) {
   resolver *rs = arg;
   pthread_mutex_lock(&rs->lock);
   for (;;) {
+    rs->idle++;
     while (!rs->head && !rs->stop) pthread_cond_wait(&rs->cv, &rs->lock);
+    rs->idle--;
     if (rs->stop) break;
     request *r = rs->head;
     rs->head = r->next;
@@ -54,8 +70,12 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&rs->lock);
     struct addrinfo *res = NULL;
     errno = 0;
-    int gai =
-        getaddrinfo(r->host, r->service, r->has_hints ? &r->hints : NULL, &res);
+    int gai = 0;
+    if (r->fn)
+      r->fn(r->arg);
+    else
+      gai = getaddrinfo(r->host, r->service, r->has_hints ? &r->hints : NULL,
+                        &res);
     int e = errno;
     pthread_mutex_lock(&rs->lock);
     r->res = res;
@@ -85,10 +105,11 @@ static void shutdown_rs(iof_service *svc) {
   pthread_mutex_lock(&rs->lock);
   rs->stop = true;
   pthread_cond_broadcast(&rs->cv);
-  bool started = rs->started;
+  int started = rs->started;
   pthread_mutex_unlock(&rs->lock);
-  if (started) pthread_join(rs->thread, NULL);
-  rs->started = false;
+  for (int i = 0; i < started; i++)
+    iof__libc.pthread_join(rs->threads[i], NULL);
+  rs->started = 0;
 }
 
 static void destroy_rs(iof_service *svc) {
@@ -117,12 +138,17 @@ static int arm(iof_wait *w) {
     pthread_mutex_unlock(&rs->lock);
     return -ECANCELED;
   }
-  if (!rs->started) {
-    if (pthread_create(&rs->thread, NULL, worker, rs) != 0) {
+  /* Requests queued but not yet picked up count against the idle ones. */
+  int queued = 0;
+  for (request *q = rs->head; q; q = q->next) queued++;
+  if (rs->idle <= queued && rs->started < MAX_WORKERS) {
+    if (iof__libc.pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
+        0)
+      rs->started++;
+    else if (!rs->started) {
       pthread_mutex_unlock(&rs->lock);
       return -EAGAIN;
     }
-    rs->started = true;
   }
   r->w = w;
   r->refs++; /* the worker's */
@@ -220,6 +246,46 @@ int iof_resolve(iof_io_context *io, const char *host, const char *service,
                                                  : iof__gai_errno(r->gai);
     }
   }
+  drop(r);
+  pthread_mutex_unlock(&rs->lock);
+  return ret;
+}
+
+int iof__resolver_run(iof_io_context *io, void (*fn)(void *), void *arg,
+                      void (*release)(void *)) {
+  if (!fn) return -EINVAL;
+  int early = 0;
+  iof_fiber *self = iof_fiber_current();
+  resolver *rs = NULL;
+  request *r = NULL;
+  if (!io)
+    early = -EINVAL;
+  else if (!self || !self->env)
+    early = -EPERM;
+  else if (iof_stop_requested(self->env->stop_token))
+    early = -ECANCELED;
+  else if (!(rs = (resolver *)iof_use_service(&io->ctx, &resolver_key)))
+    early = errno == ESHUTDOWN ? -ECANCELED : -ENOMEM;
+  else if (!(r = calloc(1, sizeof *r)))
+    early = -ENOMEM;
+  if (early) {
+    if (release) release(arg);
+    return early;
+  }
+  r->refs = 1;
+  r->fn = fn;
+  r->arg = arg;
+  r->release = release;
+  resolve_wait rw = {0};
+  rw.w.io = io;
+  rw.w.arm = arm;
+  rw.w.disarm = disarm;
+  rw.w.timeout_ns = -1;
+  rw.rs = rs;
+  rw.r = r;
+  int ret = iof__wait(&rw.w);
+  pthread_mutex_lock(&rs->lock);
+  if (ret == 0) r->arg = NULL; /* ran: the caller keeps it */
   drop(r);
   pthread_mutex_unlock(&rs->lock);
   return ret;

@@ -1,0 +1,226 @@
+/* Name resolution in fibers: the lookup runs as a job on the resolver
+ * threads of the fiber's io_context (io/resolver.c); the fiber waits. A
+ * job owns copies of its inputs and its own result buffers, so a fiber
+ * that leaves early (stop token) leaves nothing dangling: the resolver
+ * frees the job when the lookup ends. */
+#include <iofiber/compat_io.h>
+
+#include "compat/fd_table.h"
+#include "io/resolver_internal.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- getaddrinfo -----------------------------------------------------------
+ */
+
+typedef struct gai_job {
+  const char *host, *service; /* point into strs */
+  struct addrinfo hints;
+  bool has_hints;
+  struct addrinfo *res;
+  int gai, err;
+  char strs[];
+} gai_job;
+
+static void gai_run(void *arg) {
+  gai_job *j = arg;
+  errno = 0;
+  j->gai = iof__libc.getaddrinfo(j->host, j->service,
+                                 j->has_hints ? &j->hints : NULL, &j->res);
+  j->err = errno;
+}
+
+static void gai_release(void *arg) {
+  gai_job *j = arg;
+  if (j->res) iof__libc.freeaddrinfo(j->res);
+  free(j);
+}
+
+/* A job failure as getaddrinfo's answer. */
+static int gai_fail(int r) {
+  if (r == -ENOMEM) return EAI_MEMORY;
+  if (r == -EAGAIN) return EAI_AGAIN;
+  errno = -r;
+  return EAI_SYSTEM;
+}
+
+int iof_compat_getaddrinfo(const char *host, const char *service,
+                           const struct addrinfo *hints,
+                           struct addrinfo **res) {
+  iof_fiber *f = iof__sync_fiber();
+  if (!f) return iof__libc.getaddrinfo(host, service, hints, res);
+  size_t hl = host ? strlen(host) + 1 : 0,
+         sl = service ? strlen(service) + 1 : 0;
+  gai_job *j = calloc(1, sizeof *j + hl + sl);
+  if (!j) return EAI_MEMORY;
+  if (host) j->host = memcpy(j->strs, host, hl);
+  if (service) j->service = memcpy(j->strs + hl, service, sl);
+  if (hints) {
+    j->hints = *hints;
+    j->hints.ai_addr = NULL;
+    j->hints.ai_canonname = NULL;
+    j->hints.ai_next = NULL;
+    j->has_hints = true;
+  }
+  int saved = errno;
+  int r = iof__resolver_run(iof__compat_io(f), gai_run, j, gai_release);
+  if (r < 0) return gai_fail(r); /* j is the resolver's to free */
+  int gai = j->gai;
+  if (gai == 0) {
+    *res = j->res;
+    j->res = NULL;
+    errno = saved;
+  } else {
+    errno = gai == EAI_SYSTEM ? j->err : saved;
+  }
+  gai_release(j);
+  return gai;
+}
+
+void iof_compat_freeaddrinfo(struct addrinfo *res) {
+  iof__libc.freeaddrinfo(res);
+}
+
+/* ---- gethostbyname(_r) -----------------------------------------------------
+ */
+
+typedef struct hb_job {
+  char *name;
+  struct hostent he, *result;
+  int h_err, rc;
+  char *buf; /* inside mem, aligned like the caller's buffer */
+  size_t len;
+  char mem[];
+} hb_job;
+
+static void hb_run(void *arg) {
+  hb_job *j = arg;
+  j->rc = iof__libc.gethostbyname_r(j->name, &j->he, j->buf, j->len, &j->result,
+                                    &j->h_err);
+}
+
+static void hb_release(void *arg) {
+  free(arg);
+}
+
+/* Runs gethostbyname_r on the resolver with a private buffer of len bytes
+ * placed at the same alignment as `like`. NULL with *rc an error number
+ * when the job could not run. */
+static hb_job *hb_lookup(const char *name, size_t len, const void *like,
+                         int *rc) {
+  size_t nl = strlen(name) + 1;
+  hb_job *j = malloc(sizeof *j + nl + len + 16);
+  if (!j) {
+    *rc = ENOMEM;
+    return NULL;
+  }
+  memset(j, 0, sizeof *j);
+  j->name = memcpy(j->mem, name, nl);
+  /* glibc pads its pointer arrays by the buffer's address: keep the same
+   * offset modulo 16 so that the copy stays aligned. */
+  uintptr_t base = (uintptr_t)(j->mem + nl);
+  uintptr_t want = (uintptr_t)like & 15;
+  j->buf = (char *)(base + ((want - base) & 15));
+  j->len = len;
+  int r = iof__resolver_run(iof__compat_io(iof__sync_fiber()), hb_run, j,
+                            hb_release);
+  if (r < 0) { /* j is the resolver's to free */
+    *rc = -r;
+    return NULL;
+  }
+  return j;
+}
+
+static char *rebase(char *p, const hb_job *j, char *to) {
+  if (p >= j->buf && p < j->buf + j->len) return to + (p - j->buf);
+  return p;
+}
+
+/* Moves a successful result into the caller's hostent and buffer. */
+static void hb_copy(const hb_job *j, struct hostent *ret, char *buf) {
+  memcpy(buf, j->buf, j->len);
+  *ret = j->he;
+  ret->h_name = rebase(j->he.h_name, j, buf);
+  ret->h_aliases = (char **)rebase((char *)j->he.h_aliases, j, buf);
+  ret->h_addr_list = (char **)rebase((char *)j->he.h_addr_list, j, buf);
+  if (ret->h_aliases != j->he.h_aliases)
+    for (char **a = ret->h_aliases; *a; a++) *a = rebase(*a, j, buf);
+  if (ret->h_addr_list != j->he.h_addr_list)
+    for (char **a = ret->h_addr_list; *a; a++) *a = rebase(*a, j, buf);
+}
+
+int iof_compat_gethostbyname_r(const char *name, struct hostent *ret, char *buf,
+                               size_t buflen, struct hostent **result,
+                               int *h_errnop) {
+  if (!iof__sync_fiber() || !name || !ret || !buf || !result || !h_errnop)
+    return iof__libc.gethostbyname_r(name, ret, buf, buflen, result, h_errnop);
+  int saved = errno, rc = 0;
+  hb_job *j = hb_lookup(name, buflen, buf, &rc);
+  if (!j) {
+    *result = NULL;
+    *h_errnop = rc == ECANCELED ? TRY_AGAIN : NETDB_INTERNAL;
+    return rc;
+  }
+  rc = j->rc;
+  *h_errnop = j->h_err;
+  *result = NULL;
+  if (rc == 0 && j->result) {
+    hb_copy(j, ret, buf);
+    *result = ret;
+  }
+  free(j);
+  errno = saved;
+  return rc;
+}
+
+/* gethostbyname's result: one per thread, read by the fiber before it
+ * next suspends (glibc's own is one per process). The buffer grows on
+ * ERANGE and stays for the thread's life. */
+static __thread struct {
+  struct hostent he;
+  char *buf;
+  size_t len;
+} tls_hb;
+
+struct hostent *iof_compat_gethostbyname(const char *name) {
+  if (!iof__sync_fiber() || !name) return iof__libc.gethostbyname(name);
+  int saved = errno;
+  for (size_t len = tls_hb.len ? tls_hb.len : 1024;; len *= 2) {
+    int rc = 0;
+    /* The thread after the wait may differ: address its storage then. */
+    hb_job *j = hb_lookup(name, len, tls_hb.buf, &rc);
+    if (!j) {
+      h_errno = rc == ECANCELED ? TRY_AGAIN : NETDB_INTERNAL;
+      errno = rc;
+      return NULL;
+    }
+    if (j->rc == ERANGE && len < (1u << 20)) {
+      free(j);
+      continue;
+    }
+    struct hostent *out = NULL;
+    if (j->rc == 0 && j->result) {
+      if (tls_hb.len < len) {
+        char *nb = realloc(tls_hb.buf, len);
+        if (!nb) {
+          free(j);
+          h_errno = NETDB_INTERNAL;
+          errno = ENOMEM;
+          return NULL;
+        }
+        tls_hb.buf = nb;
+        tls_hb.len = len;
+      }
+      hb_copy(j, &tls_hb.he, tls_hb.buf);
+      out = &tls_hb.he;
+    }
+    h_errno = j->rc == 0 ? j->h_err : NETDB_INTERNAL;
+    if (out) h_errno = 0;
+    free(j);
+    errno = saved;
+    return out;
+  }
+}

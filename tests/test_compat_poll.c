@@ -1,0 +1,387 @@
+/* compat poll, ppoll, select, pselect, epoll_wait (compat_io.h): the
+ * kernel's exact answers inside fibers; a fiber blocked in poll on a pipe
+ * fed by another fiber; timeouts (in and out of fibers); 500 fds mixing
+ * pipes, sockets and a regular file, compared entry by entry with what
+ * plain poll says at the same moment; select within FD_SETSIZE; HUP; an
+ * epoll fd waited on as a whole. */
+#include "compat_io_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
+
+/* ---- timeouts, the same in and out of fibers ------------------------------
+ */
+
+static int sc_timeouts(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK(iof_compat_pipe(p) == 0);
+  struct pollfd f = {p[0], POLLIN, 0};
+  errno = 77;
+  uint64_t t0 = iof_test_now_ns();
+  CHECK(iof_compat_poll(&f, 1, 60) == 0 && f.revents == 0);
+  CHECK(errno == 77);
+  int64_t ms = ms_since(t0);
+  CHECK(ms >= 50 && ms < 5000);
+  struct timespec ts = {0, 40 * MS};
+  t0 = iof_test_now_ns();
+  CHECK(iof_compat_ppoll(&f, 1, &ts, NULL) == 0);
+  ms = ms_since(t0);
+  CHECK(ms >= 30 && ms < 5000);
+  fd_set rd;
+  FD_ZERO(&rd);
+  FD_SET(p[0], &rd);
+  struct timeval tv = {0, 40 * 1000};
+  t0 = iof_test_now_ns();
+  CHECK(iof_compat_select(p[0] + 1, &rd, NULL, NULL, &tv) == 0);
+  CHECK(!FD_ISSET(p[0], &rd));
+  ms = ms_since(t0);
+  CHECK(ms >= 30 && ms < 5000);
+  FD_SET(p[0], &rd);
+  t0 = iof_test_now_ns();
+  CHECK(iof_compat_pselect(p[0] + 1, &rd, NULL, NULL, &ts, NULL) == 0);
+  ms = ms_since(t0);
+  CHECK(ms >= 30 && ms < 5000);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event e = {EPOLLIN, {.fd = p[0]}};
+  CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &e) == 0);
+  t0 = iof_test_now_ns();
+  CHECK(iof_compat_epoll_wait(ep, &e, 1, 40) == 0);
+  ms = ms_since(t0);
+  CHECK(ms >= 30 && ms < 5000);
+  /* Ready at once, with exact results. */
+  CHECK(iof_compat_write(p[1], "x", 1) == 1);
+  CHECK(iof_compat_poll(&f, 1, 1000) == 1 && f.revents == POLLIN);
+  CHECK(iof_compat_epoll_wait(ep, &e, 1, 1000) == 1 && e.data.fd == p[0] &&
+        e.events == EPOLLIN);
+  FD_SET(p[0], &rd);
+  FD_SET(p[1], &rd);
+  fd_set wr;
+  FD_ZERO(&wr);
+  FD_SET(p[1], &wr);
+  int hi = (p[0] > p[1] ? p[0] : p[1]) + 1;
+  CHECK(iof_compat_select(hi, &rd, &wr, NULL, NULL) == 2);
+  CHECK(FD_ISSET(p[0], &rd) && !FD_ISSET(p[1], &rd) && FD_ISSET(p[1], &wr));
+  /* Errors as the kernel gives them. */
+  struct timespec bad = {0, 2000000000};
+  errno = 0;
+  CHECK(iof_compat_ppoll(&f, 1, &bad, NULL) == -1 && errno == EINVAL);
+  errno = 0;
+  CHECK(iof_compat_select(-1, NULL, NULL, NULL, &tv) == -1 && errno == EINVAL);
+  errno = 0;
+  CHECK(iof_compat_epoll_wait(p[0], &e, 1, 10) == -1 && errno == EINVAL);
+  struct pollfd nv = {1000000, POLLIN, 0};
+  (void)nv;
+  iof_compat_close(ep);
+  iof_compat_close(p[0]);
+  iof_compat_close(p[1]);
+  return 0;
+}
+
+static void test_timeouts(void **s) {
+  (void)s;
+  both_ways(sc_timeouts, NULL);
+}
+
+/* ---- a fiber blocked in poll, fed by another fiber ----------------------- */
+
+typedef struct feed_ctx {
+  int p[2];
+  int r;
+  short revents;
+  int err;
+  int64_t waited_ms;
+  atomic_int ticks;
+} feed_ctx;
+
+static int poller(void *arg) {
+  feed_ctx *c = arg;
+  struct pollfd f[2] = {{c->p[0], POLLIN, 0}, {-1, POLLIN, 0}};
+  errno = 55;
+  uint64_t t0 = iof_test_now_ns();
+  c->r = iof_compat_poll(f, 2, 10000);
+  c->err = errno;
+  c->waited_ms = ms_since(t0);
+  c->revents = f[0].revents;
+  CHECK(f[1].revents == 0);
+  return 0;
+}
+
+static int feeder(void *arg) {
+  feed_ctx *c = arg;
+  for (int i = 0; i < 50; i++) {
+    atomic_fetch_add(&c->ticks, 1);
+    iof_compat_usleep(1000);
+  }
+  CHECK(iof_compat_write(c->p[1], "data", 4) == 4);
+  return 0;
+}
+
+static void test_poll_fed_by_fiber(void **s) {
+  (void)s;
+  feed_ctx c = {0};
+  assert_int_equal(pipe(c.p), 0);
+  iof_io_context *io = new_io();
+  launch(io, poller, &c);
+  launch(io, feeder, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(c.r, 1);
+  assert_int_equal(c.revents, POLLIN);
+  assert_int_equal(c.err, 55);
+  assert_int_equal(atomic_load(&c.ticks), 50);
+  assert_true(c.waited_ms >= 40);
+  close(c.p[0]);
+  close(c.p[1]);
+}
+
+/* ---- many fds -------------------------------------------------------------
+ */
+
+#define NPIPES 400
+#define NPAIRS 50
+
+typedef struct many_ctx {
+  int pipes[NPIPES][2];
+  int pairs[NPAIRS][2];
+  int file;
+  int nfds;
+  struct pollfd fds[2 * NPIPES + 2 * NPAIRS + 1];
+  int which; /* the pipe the feeder writes to */
+  int hup;   /* the pipe whose writer the feeder closes */
+  int r, r2;
+  bool select_mode;
+} many_ctx;
+
+static void raise_nofile(rlim_t want) {
+  struct rlimit rl;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < want && rl.rlim_max > rl.rlim_cur) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < want) skip();
+}
+
+static void make_fds(many_ctx *m) {
+  for (int i = 0; i < NPIPES; i++) assert_int_equal(pipe(m->pipes[i]), 0);
+  for (int i = 0; i < NPAIRS; i++)
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, m->pairs[i]), 0);
+  char path[] = "/tmp/iof_compat_poll_XXXXXX";
+  m->file = mkstemp(path);
+  assert_true(m->file >= 0);
+  unlink(path);
+}
+
+static void free_fds(many_ctx *m) {
+  for (int i = 0; i < NPIPES; i++) {
+    iof_compat_close(m->pipes[i][0]);
+    iof_compat_close(m->pipes[i][1]);
+  }
+  for (int i = 0; i < NPAIRS; i++) {
+    iof_compat_close(m->pairs[i][0]);
+    iof_compat_close(m->pairs[i][1]);
+  }
+  iof_compat_close(m->file);
+}
+
+/* Everything that cannot be ready yet: the pipes' read ends, both ends of
+ * the socket pairs for reading. */
+static void fill_quiet(many_ctx *m) {
+  int n = 0;
+  for (int i = 0; i < NPIPES; i++)
+    m->fds[n++] = (struct pollfd){m->pipes[i][0], POLLIN | POLLPRI, 0};
+  for (int i = 0; i < NPAIRS; i++) {
+    m->fds[n++] = (struct pollfd){m->pairs[i][0], POLLIN, 0};
+    m->fds[n++] = (struct pollfd){m->pairs[i][1], POLLIN | POLLRDHUP, 0};
+  }
+  m->nfds = n;
+}
+
+static int many_poller(void *arg) {
+  many_ctx *m = arg;
+  m->r = iof_compat_poll(m->fds, (nfds_t)m->nfds, 10000);
+  /* The kernel's answer at the same moment must be identical. */
+  struct pollfd copy[sizeof m->fds / sizeof m->fds[0]];
+  memcpy(copy, m->fds, sizeof copy);
+  m->r2 = poll(copy, (nfds_t)m->nfds, 0);
+  for (int i = 0; i < m->nfds; i++) CHECK(copy[i].revents == m->fds[i].revents);
+  return 0;
+}
+
+static int many_feeder(void *arg) {
+  many_ctx *m = arg;
+  iof_compat_usleep(50 * 1000);
+  if (m->hup >= 0)
+    iof_compat_close(m->pipes[m->hup][1]);
+  else
+    CHECK(iof_compat_write(m->pipes[m->which][1], "z", 1) == 1);
+  return 0;
+}
+
+static void test_poll_500(void **s) {
+  (void)s;
+  raise_nofile(2 * NPIPES + 2 * NPAIRS + 64);
+  many_ctx *m = calloc(1, sizeof *m);
+  make_fds(m);
+  fill_quiet(m);
+  assert_true(m->nfds == 500);
+  /* One pipe gets data later: exactly its entry shows POLLIN. */
+  m->which = 137;
+  m->hup = -1;
+  iof_io_context *io = new_io();
+  launch(io, many_poller, m);
+  launch(io, many_feeder, m);
+  run_all(io);
+  assert_no_failures();
+  assert_int_equal(m->r, 1);
+  assert_int_equal(m->r2, 1);
+  for (int i = 0; i < m->nfds; i++)
+    assert_int_equal(m->fds[i].revents, i == 137 ? POLLIN : 0);
+  char b;
+  assert_int_equal(read(m->pipes[137][0], &b, 1), 1);
+  /* A writer closing: POLLHUP on that entry only. */
+  fill_quiet(m);
+  m->hup = 42;
+  launch(io, many_poller, m);
+  launch(io, many_feeder, m);
+  run_all(io);
+  assert_no_failures();
+  assert_int_equal(m->r, 1);
+  assert_int_equal(m->fds[42].revents, POLLHUP);
+  m->pipes[42][1] = -1;
+  /* Ready at once: the file, writable sockets, a peer's data. */
+  fill_quiet(m);
+  m->fds[m->nfds++] = (struct pollfd){m->file, POLLIN | POLLOUT, 0};
+  m->fds[NPIPES].events |= POLLOUT;
+  assert_int_equal(write(m->pairs[3][1], "q", 1), 1);
+  launch(io, many_poller, m);
+  run_all(io);
+  assert_no_failures();
+  assert_int_equal(m->r, m->r2);
+  assert_int_equal(m->r, 4); /* 42 HUP, pair0 OUT, pair3 IN, file */
+  assert_int_equal(m->fds[NPIPES].revents, POLLOUT);
+  assert_int_equal(m->fds[NPIPES + 6].revents, POLLIN);
+  assert_int_equal(m->fds[m->nfds - 1].revents, POLLIN | POLLOUT);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  free_fds(m);
+  free(m);
+}
+
+/* select over about 200 fds (all below FD_SETSIZE), with one read end fed
+ * later, and pselect; the sets match the kernel's. */
+typedef struct sel_ctx {
+  int pipes[100][2];
+  int hi;
+  fd_set rd, wr;
+  int r;
+  bool use_pselect;
+} sel_ctx;
+
+static int selector(void *arg) {
+  sel_ctx *c = arg;
+  FD_ZERO(&c->rd);
+  FD_ZERO(&c->wr);
+  for (int i = 0; i < 100; i++) FD_SET(c->pipes[i][0], &c->rd);
+  struct timeval tv = {10, 0};
+  struct timespec ts = {10, 0};
+  c->r = c->use_pselect
+             ? iof_compat_pselect(c->hi, &c->rd, &c->wr, NULL, &ts, NULL)
+             : iof_compat_select(c->hi, &c->rd, &c->wr, NULL, &tv);
+  if (!c->use_pselect) CHECK(tv.tv_sec < 10 && tv.tv_sec >= 5);
+  return 0;
+}
+
+static int sel_feeder(void *arg) {
+  sel_ctx *c = arg;
+  iof_compat_usleep(30 * 1000);
+  CHECK(iof_compat_write(c->pipes[77][1], "k", 1) == 1);
+  return 0;
+}
+
+static void test_select_many(void **s) {
+  (void)s;
+  sel_ctx c = {0};
+  for (int i = 0; i < 100; i++) {
+    assert_int_equal(pipe(c.pipes[i]), 0);
+    if (c.pipes[i][0] >= c.hi) c.hi = c.pipes[i][0] + 1;
+    if (c.pipes[i][1] >= c.hi) c.hi = c.pipes[i][1] + 1;
+  }
+  assert_true(c.hi <= FD_SETSIZE);
+  for (int mode = 0; mode < 2; mode++) {
+    c.use_pselect = mode;
+    iof_io_context *io = new_io();
+    launch(io, selector, &c);
+    launch(io, sel_feeder, &c);
+    run_all(io);
+    assert_int_equal(iof_io_context_destroy(io), 0);
+    assert_no_failures();
+    assert_int_equal(c.r, 1);
+    for (int i = 0; i < 100; i++)
+      assert_int_equal(!!FD_ISSET(c.pipes[i][0], &c.rd), i == 77);
+    char b;
+    assert_int_equal(read(c.pipes[77][0], &b, 1), 1);
+  }
+  for (int i = 0; i < 100; i++) {
+    close(c.pipes[i][0]);
+    close(c.pipes[i][1]);
+  }
+}
+
+/* epoll_wait in a fiber waits for the epoll fd itself. */
+typedef struct ep_ctx {
+  int ep, p[2];
+  int r;
+  struct epoll_event ev[4];
+} ep_ctx;
+
+static int ep_waiter(void *arg) {
+  ep_ctx *c = arg;
+  c->r = iof_compat_epoll_wait(c->ep, c->ev, 4, 10000);
+  return 0;
+}
+
+static int ep_feeder(void *arg) {
+  ep_ctx *c = arg;
+  iof_compat_usleep(30 * 1000);
+  CHECK(iof_compat_write(c->p[1], "e", 1) == 1);
+  return 0;
+}
+
+static void test_epoll_wait(void **s) {
+  (void)s;
+  ep_ctx c = {0};
+  c.ep = epoll_create1(0);
+  assert_int_equal(pipe(c.p), 0);
+  struct epoll_event e = {EPOLLIN, {.u64 = 99}};
+  assert_int_equal(epoll_ctl(c.ep, EPOLL_CTL_ADD, c.p[0], &e), 0);
+  iof_io_context *io = new_io();
+  launch(io, ep_waiter, &c);
+  launch(io, ep_feeder, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(c.r, 1);
+  assert_int_equal(c.ev[0].data.u64, 99);
+  assert_int_equal(c.ev[0].events, EPOLLIN);
+  close(c.ep);
+  close(c.p[0]);
+  close(c.p[1]);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(test_timeouts),    T(test_poll_fed_by_fiber), T(test_poll_500),
+      T(test_select_many), T(test_epoll_wait),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
