@@ -108,7 +108,7 @@ static void shutdown_rs(iof_service *svc) {
   int started = rs->started;
   pthread_mutex_unlock(&rs->lock);
   for (int i = 0; i < started; i++)
-    iof__libc.pthread_join(rs->threads[i], NULL);
+    pthread_join(rs->threads[i], NULL);
   rs->started = 0;
 }
 
@@ -142,7 +142,7 @@ static int arm(iof_wait *w) {
   int queued = 0;
   for (request *q = rs->head; q; q = q->next) queued++;
   if (rs->idle <= queued && rs->started < MAX_WORKERS) {
-    if (iof__libc.pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
+    if (pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
         0)
       rs->started++;
     else if (!rs->started) {
