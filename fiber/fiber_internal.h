@@ -79,6 +79,11 @@ IOF_HIDDEN void iof__overflow_thread_init(void);
 /* Fiber-local storage teardown at fiber end (fls.c, sched issue). */
 IOF_HIDDEN void iof__fls_run_destructors(iof_fiber *f);
 
+/* The live fiber-local key at index ({index, 0} if none): compat's
+ * pthread_key_t is the bare index. */
+struct iof_fls_key;
+IOF_HIDDEN struct iof_fls_key iof__fls_key_at(uint32_t index);
+
 IOF_HIDDEN size_t iof__page_size(void);
 
 #endif

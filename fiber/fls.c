@@ -1,5 +1,8 @@
 /* Fiber-local storage: a per-fiber table, allocated on first set, indexed
- * by key; a generation per slot makes values of a deleted key invisible. */
+ * by key; a generation per slot makes values of a deleted key invisible.
+ * The table only grows to the highest key the fiber sets (keys are handed
+ * out lowest first), so 1024 possible keys cost a fiber that uses two of
+ * them a few dozen bytes. */
 #include "fiber/fiber_internal.h"
 
 #include <iofiber/fls.h>
@@ -11,9 +14,14 @@
 
 #define DESTRUCTOR_ROUNDS 4
 
+typedef struct fls_slot {
+  uint32_t gen;
+  void *val;
+} fls_slot;
+
 typedef struct fls_table {
-  uint32_t gen[IOF_FLS_KEYS_MAX];
-  void *val[IOF_FLS_KEYS_MAX];
+  uint32_t cap;
+  fls_slot s[];
 } fls_table;
 
 static struct {
@@ -58,34 +66,52 @@ int iof_fls_key_delete(iof_fls_key key) {
 void *iof_fls_get(iof_fls_key key) {
   if (!live(key)) return NULL;
   fls_table *t = iof__thread()->current->fls;
-  return t && t->gen[key.index] == key.gen ? t->val[key.index] : NULL;
+  return t && key.index < t->cap && t->s[key.index].gen == key.gen
+             ? t->s[key.index].val
+             : NULL;
 }
 
 int iof_fls_set(iof_fls_key key, void *value) {
   if (!live(key)) return -EINVAL;
   iof_fiber *f = iof__thread()->current;
   fls_table *t = f->fls;
-  if (!t) {
+  if (!t || key.index >= t->cap) {
     if (!value) return 0;
-    t = calloc(1, sizeof *t);
-    if (!t) return -ENOMEM;
-    f->fls = t;
+    uint32_t cap = t ? t->cap : 0, ncap = 8;
+    while (ncap <= key.index) ncap *= 2;
+    fls_table *n = realloc(t, sizeof *t + ncap * sizeof(fls_slot));
+    if (!n) return -ENOMEM;
+    for (uint32_t i = cap; i < ncap; i++) n->s[i] = (fls_slot){0, NULL};
+    n->cap = ncap;
+    f->fls = t = n;
   }
-  t->gen[key.index] = key.gen;
-  t->val[key.index] = value;
+  t->s[key.index].gen = key.gen;
+  t->s[key.index].val = value;
   return 0;
 }
 
+/* The live key at `index` (for pthread_key_t, which has no room for the
+ * generation); {index, 0} names no live key. */
+iof_fls_key iof__fls_key_at(uint32_t index) {
+  iof_fls_key k = {index, 0};
+  if (index < IOF_FLS_KEYS_MAX) {
+    uint32_t g = atomic_load_explicit(&keys[index].gen, memory_order_acquire);
+    if (g & 1) k.gen = g;
+  }
+  return k;
+}
+
 void iof__fls_run_destructors(iof_fiber *f) {
-  fls_table *t = f->fls;
-  /* Destructors may set values again (as with pthread keys): a few rounds. */
-  for (int round = 0; t && round < DESTRUCTOR_ROUNDS; round++) {
+  /* Destructors may set values again (as with pthread keys): a few rounds.
+   * A set may also grow (move) the table: re-read it after each call. */
+  for (int round = 0; f->fls && round < DESTRUCTOR_ROUNDS; round++) {
     int again = 0;
-    for (uint32_t i = 0; i < IOF_FLS_KEYS_MAX; i++) {
-      void *v = t->val[i];
+    for (uint32_t i = 0; i < ((fls_table *)f->fls)->cap; i++) {
+      fls_table *t = f->fls;
+      void *v = t->s[i].val;
       if (!v) continue;
-      t->val[i] = NULL;
-      iof_fls_key k = {i, t->gen[i]};
+      t->s[i].val = NULL;
+      iof_fls_key k = {i, t->s[i].gen};
       void (*d)(void *) =
           atomic_load_explicit(&keys[i].dtor, memory_order_relaxed);
       if (live(k) && d) {
@@ -95,6 +121,6 @@ void iof__fls_run_destructors(iof_fiber *f) {
     }
     if (!again) break;
   }
+  free(f->fls);
   f->fls = NULL;
-  free(t);
 }

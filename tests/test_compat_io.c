@@ -4,10 +4,14 @@
  * what only fibers show: a fiber blocked in read while others run, errno
  * kept across suspension, close (and dup2) over a waited fd waking the
  * waiter with EBADF, fds made before the runtime, blocking connect/accept
- * between fibers, F_GETFL's user view. */
+ * between fibers, F_GETFL's user view; a close from another thread waking
+ * a fiber whose io_context runs on its own thread.
+ *
+ * IOF_TEST_THREADED */
 #include "compat_io_test.h"
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,6 +523,39 @@ static void test_nonblocking_connect(void **s) {
   close(l);
 }
 
+/* The waiter's io_context runs on its own thread; the close comes from
+ * the main thread. */
+typedef struct xclose_ctx {
+  iof_io_context *io;
+  close_ctx c;
+} xclose_ctx;
+
+static void *run_io_thread(void *arg) {
+  xclose_ctx *x = arg;
+  iof_io_context_run(x->io);
+  return NULL;
+}
+
+static void test_close_from_thread(void **s) {
+  (void)s;
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  xclose_ctx x = {0};
+  x.c.fd = p[0];
+  x.io = new_io();
+  launch(x.io, blocked_reader, &x.c);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_io_thread, &x), 0);
+  assert_true(wait_flag(&x.c.waiting));
+  sleep_ms(50); /* into the wait, most likely; either way EBADF */
+  assert_int_equal(iof_compat_close(p[0]), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(iof_io_context_destroy(x.io), 0);
+  assert_int_equal(x.c.got, -1);
+  assert_int_equal(x.c.err, EBADF);
+  close(p[1]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -535,6 +572,7 @@ int main(void) {
       T(test_echo_between_fibers),
       T(test_write_all),
       T(test_nonblocking_connect),
+      T(test_close_from_thread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,7 @@
 #include "compat/hook/hook_internal.h"
 #include <iofiber/hook.h>
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -414,6 +415,30 @@ IOF_HOOK_API void pthread_exit(void *r) {
 
 /* ---- fork ------------------------------------------------------------- */
 
+/* In a child forked from a fiber: the fds the runtime made non-blocking
+ * for its waits (and the program did not) are shared with the child, which
+ * must see them as the program made them, e.g. a shell's pipeline stdin.
+ * The open file description is shared, so the parent's copy turns blocking
+ * too: a fiber of the parent then blocks its thread on that fd until it
+ * waits again (documented). */
+static void child_restore_blocking(void) {
+  if (!iof_compat_fcntl) return;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return;
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    int fd = atoi(e->d_name);
+    if (fd == self) continue;
+    int k = REAL(fcntl)(fd, F_GETFL);
+    if (k < 0 || !(k & O_NONBLOCK)) continue;
+    int u = iof_compat_fcntl(fd, F_GETFL);
+    if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
+  }
+  closedir(d);
+}
+
 IOF_HOOK_API pid_t fork(void) {
   if (!iof__hook_in_fiber()) {
     count(H_fork, C_PLAIN);
@@ -421,7 +446,10 @@ IOF_HOOK_API pid_t fork(void) {
   }
   count(H_fork, C_FIBER);
   pid_t p = iof_compat_fork ? iof_compat_fork() : REAL(fork)();
-  if (p == 0) stepped_aside = 1;
+  if (p == 0) {
+    stepped_aside = 1;
+    child_restore_blocking();
+  }
   return p;
 }
 

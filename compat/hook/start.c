@@ -6,16 +6,12 @@
 #include "compat/hook/hook_internal.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <iofiber/io_context.h>
-#include <iofiber/launch.h>
-
-#if __has_include(<iofiber/compat_thread.h>)
 #include <iofiber/compat_thread.h>
-#endif
 
 typedef int (*main_fn)(int, char **, char **);
 typedef int (*start_fn)(main_fn, int, char **, void (*)(void), void (*)(void),
@@ -64,18 +60,24 @@ static void scrub_preload(void) {
   free(out);
 }
 
-/* Fallback while compat offers no iof_main: one io_context on this thread,
- * main in a fiber with a thread-sized stack (touched pages only), and the
- * process ends when main returns, as it does with threads. */
+/* main runs as compat's first fiber thread (iof_main_ex): pthread_self and
+ * pthread_exit work in it, and the pthreads it creates become fibers,
+ * round-robin over IOF_THREADS io threads. When main returns, its value is
+ * returned to libc, which exits: fibers still running end with the
+ * process, as threads do. */
 typedef struct main_call {
   int argc;
   char **argv;
   char **envp;
+  int status;
+  bool ran;
 } main_call;
 
 static int main_fiber(void *p) {
   main_call *c = p;
-  exit(user_main(c->argc, c->argv, c->envp));
+  c->ran = true;
+  c->status = user_main(c->argc, c->argv, c->envp);
+  return 0;
 }
 
 static int run_main(int argc, char **argv, char **envp) {
@@ -84,26 +86,17 @@ static int run_main(int argc, char **argv, char **envp) {
     unsetenv(IOF_HOOK_ENV_THREADS);
     scrub_preload();
   }
-  main_call c = {argc, argv, envp};
-  iof_io_context *io = iof_io_context_create();
-  if (!io) {
-    fputs("iofiber-run: cannot create an io_context; running main on its "
-          "thread\n",
-          stderr);
+  main_call c = {argc, argv, envp, 0, false};
+  iof_main_opts o = {.threads = io_threads};
+  int r = iof_main_ex(main_fiber, &c, &o);
+  if (!c.ran) {
+    fprintf(stderr,
+            "iofiber-run: cannot run main on fibers (%s); running it on its "
+            "thread\n",
+            strerror(r < 0 ? -r : EINVAL));
     return user_main(argc, argv, envp);
   }
-  iof_launch_opts o = {.stack_size = (size_t)8 << 20, .name = "main"};
-  int r = iof_run_async(iof_io_context_executor(io), &o, main_fiber, &c);
-  if (r < 0) {
-    fprintf(stderr, "iofiber-run: cannot launch main: %s\n", strerror(-r));
-    return user_main(argc, argv, envp);
-  }
-  r = iof_io_context_run(io);
-  fprintf(stderr,
-          "iofiber-run: the io_context stopped before main returned"
-          " (%d)\n",
-          r);
-  return 70;
+  return c.status;
 }
 
 IOF_HOOK_API int __libc_start_main(main_fn main, int argc, char **argv,

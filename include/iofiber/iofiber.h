@@ -26,5 +26,6 @@
 #include <iofiber/stream.h>
 #include <iofiber/signal.h>
 #include <iofiber/deadline.h>
+#include <iofiber/compat_thread.h>
 
 #endif

@@ -67,6 +67,13 @@ static void test_shell(void **state) {
       (const char *const[]){IOF_RUN_PATH, "/bin/sh", "-c", "echo ok", NULL});
   assert_int_equal(r.status, 0);
   assert_string_equal(r.out, "ok\n");
+  /* A pipeline: the shell makes the pipe in its main fiber; the children
+   * it forks must still read and write it blocking. */
+  run(&r, no_preload,
+      (const char *const[]){IOF_RUN_PATH, "/bin/sh", "-c",
+                            "seq 1 200000 | tail -n 1", NULL});
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out, "200000\n");
 }
 
 static void test_children_not_taken_over(void **state) {

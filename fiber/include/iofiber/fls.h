@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define IOF_FLS_KEYS_MAX 128
+#define IOF_FLS_KEYS_MAX 1024 /* = PTHREAD_KEYS_MAX */
 
 typedef struct iof_fls_key {
   uint32_t index;

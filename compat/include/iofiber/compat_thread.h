@@ -1,0 +1,234 @@
+/* iofiber compat: pthread and POSIX semaphore calls that suspend the
+ * calling fiber instead of its thread, with the exact POSIX signatures and
+ * error conventions (pthread_* return an error number, sem_* return -1 and
+ * set errno). <iofiber/compat.h> maps the POSIX names onto these.
+ *
+ * - pthread_create from a fiber starts a fiber "thread" on the caller's
+ *   io_context (round-robin over the contexts of iof_main with several
+ *   threads); from a plain thread it is the real call. join/detach/self/
+ *   equal/exit tell the two kinds apart (a fiber thread's pthread_t is odd).
+ * - Mutexes, condition variables, read-write locks, barriers, semaphores
+ *   and once controls always use this implementation, in the user's own
+ *   storage (a zeroed object is the static initializer state), so one
+ *   object works between fibers, between plain threads, and mixed. Plain
+ *   threads block on a futex; fibers suspend. No allocation; destroy is
+ *   optional.
+ * - Keys are fiber-local storage: a value follows its fiber thread, and
+ *   destructors run when it ends (on plain threads: at thread exit). */
+#ifndef IOFIBER_COMPAT_THREAD_H
+#define IOFIBER_COMPAT_THREAD_H
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stddef.h>
+#include <time.h>
+
+#include <iofiber/fiber.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* glibc declares the rwlock, barrier and timed calls only with POSIX 2001
+ * features on, and the clock* variants only with _GNU_SOURCE: the shims
+ * follow the same rules (libc without those macros: everything). */
+#if !defined(__GLIBC__) || defined(__USE_XOPEN2K)
+#define IOF__COMPAT_XOPEN2K 1
+#endif
+#if !defined(__GLIBC__) || defined(__USE_GNU)
+#define IOF__COMPAT_GNU 1
+#endif
+
+/* ---- threads ---------------------------------------------------------- */
+
+/* In a fiber: a fiber thread running fn(arg) on the caller's io_context;
+ * the attr's stack size (if set) and detach state are honoured. Its stack
+ * is returned as soon as it ends; only a small join record waits for
+ * pthread_join (or is freed at once when detached). Outside a fiber: the
+ * real pthread_create. 0; EAGAIN (no memory or shutting down); EINVAL. */
+IOF_API int iof_compat_pthread_create(pthread_t *thread,
+                                      const pthread_attr_t *attr,
+                                      void *(*fn)(void *), void *arg);
+
+/* Waits (suspending only the calling fiber) for a fiber thread to end and
+ * frees its record. A real thread is joined with the real call (which
+ * blocks the whole thread when called from a fiber). 0; EINVAL (detached,
+ * already being joined); EDEADLK (itself); ESRCH. */
+IOF_API int iof_compat_pthread_join(pthread_t thread, void **retval);
+
+/* Detaches; a fiber thread that has ended is freed at once. 0; EINVAL. */
+IOF_API int iof_compat_pthread_detach(pthread_t thread);
+
+/* The calling fiber thread's id; the real pthread_self elsewhere. */
+IOF_API pthread_t iof_compat_pthread_self(void);
+
+/* Non-zero when both ids name the same thread. */
+IOF_API int iof_compat_pthread_equal(pthread_t a, pthread_t b);
+
+/* Ends the calling fiber thread with retval (key destructors run, the
+ * stack is returned); the real call on a plain thread. In a fiber that is
+ * not a fiber thread it reports the misuse on stderr and aborts. */
+IOF_API void iof_compat_pthread_exit(void *retval) __attribute__((noreturn));
+
+/* Runs init exactly once; concurrent callers (fibers or threads) wait
+ * until it has returned. 0; EINVAL on NULL. */
+IOF_API int iof_compat_pthread_once(pthread_once_t *once, void (*init)(void));
+
+/* ---- mutexes ---------------------------------------------------------- */
+
+/* Normal, recursive and errorcheck types (from the attr or glibc's static
+ * initializers); robust, priority and process-shared attributes are not
+ * supported (EINVAL for robust and pshared). Relocking a normal mutex
+ * returns EDEADLK instead of hanging. FIFO hand-off to waiters. */
+IOF_API int iof_compat_pthread_mutex_init(pthread_mutex_t *m,
+                                          const pthread_mutexattr_t *attr);
+/* 0; EBUSY while locked or waited for. */
+IOF_API int iof_compat_pthread_mutex_destroy(pthread_mutex_t *m);
+/* 0; EDEADLK (errorcheck or normal, held by the caller); EAGAIN
+ * (recursion count overflow). */
+IOF_API int iof_compat_pthread_mutex_lock(pthread_mutex_t *m);
+/* 0; EBUSY (held by anyone else, or by the caller for non-recursive). */
+IOF_API int iof_compat_pthread_mutex_trylock(pthread_mutex_t *m);
+#ifdef IOF__COMPAT_XOPEN2K
+/* As lock, until abstime on CLOCK_REALTIME: ETIMEDOUT; EINVAL (bad
+ * abstime, only checked when the mutex is not free). */
+IOF_API int iof_compat_pthread_mutex_timedlock(pthread_mutex_t *m,
+                                               const struct timespec *abstime);
+#endif
+#ifdef IOF__COMPAT_GNU
+/* As timedlock on clock (CLOCK_REALTIME or CLOCK_MONOTONIC). */
+IOF_API int iof_compat_pthread_mutex_clocklock(pthread_mutex_t *m,
+                                               clockid_t clock,
+                                               const struct timespec *abstime);
+#endif
+/* 0; EPERM (errorcheck/recursive not owned by the caller; any unlocked
+ * mutex). */
+IOF_API int iof_compat_pthread_mutex_unlock(pthread_mutex_t *m);
+
+/* ---- condition variables ---------------------------------------------- */
+
+/* The attr's clock (pthread_condattr_setclock) is kept. 0; EINVAL. */
+IOF_API int iof_compat_pthread_cond_init(pthread_cond_t *c,
+                                         const pthread_condattr_t *attr);
+/* 0; EBUSY while waited for. */
+IOF_API int iof_compat_pthread_cond_destroy(pthread_cond_t *c);
+/* Releases m (fully, for a recursive one), waits, re-locks m. 0 (may be a
+ * spurious wake-up); EPERM (m not owned by the caller). */
+IOF_API int iof_compat_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
+/* As wait, until abstime on the cond's clock: ETIMEDOUT (m held); EINVAL. */
+IOF_API int iof_compat_pthread_cond_timedwait(pthread_cond_t *c,
+                                              pthread_mutex_t *m,
+                                              const struct timespec *abstime);
+#ifdef IOF__COMPAT_GNU
+/* As timedwait on an explicit clock. */
+IOF_API int iof_compat_pthread_cond_clockwait(pthread_cond_t *c,
+                                              pthread_mutex_t *m,
+                                              clockid_t clock,
+                                              const struct timespec *abstime);
+#endif
+/* Wake the first waiter / all waiters. 0. */
+IOF_API int iof_compat_pthread_cond_signal(pthread_cond_t *c);
+IOF_API int iof_compat_pthread_cond_broadcast(pthread_cond_t *c);
+
+#ifdef IOF__COMPAT_XOPEN2K
+/* ---- read-write locks ------------------------------------------------- */
+
+/* Readers enter while no writer holds the lock (glibc's default reader
+ * preference, so a reader may re-enter); a writer waits for all readers.
+ * 0; EDEADLK (write-lock held by the caller); EBUSY (try); ETIMEDOUT
+ * (timed, CLOCK_REALTIME); EPERM (unlock of a lock not held); EAGAIN (too
+ * many readers). */
+IOF_API int iof_compat_pthread_rwlock_init(pthread_rwlock_t *rw,
+                                           const pthread_rwlockattr_t *attr);
+IOF_API int iof_compat_pthread_rwlock_destroy(pthread_rwlock_t *rw);
+IOF_API int iof_compat_pthread_rwlock_rdlock(pthread_rwlock_t *rw);
+IOF_API int iof_compat_pthread_rwlock_tryrdlock(pthread_rwlock_t *rw);
+IOF_API int
+iof_compat_pthread_rwlock_timedrdlock(pthread_rwlock_t *rw,
+                                      const struct timespec *abstime);
+IOF_API int iof_compat_pthread_rwlock_wrlock(pthread_rwlock_t *rw);
+IOF_API int iof_compat_pthread_rwlock_trywrlock(pthread_rwlock_t *rw);
+IOF_API int
+iof_compat_pthread_rwlock_timedwrlock(pthread_rwlock_t *rw,
+                                      const struct timespec *abstime);
+IOF_API int iof_compat_pthread_rwlock_unlock(pthread_rwlock_t *rw);
+
+/* ---- barriers --------------------------------------------------------- */
+
+/* 0; EINVAL (count 0). wait returns PTHREAD_BARRIER_SERIAL_THREAD to one
+ * caller of each round and 0 to the others. */
+IOF_API int iof_compat_pthread_barrier_init(pthread_barrier_t *b,
+                                            const pthread_barrierattr_t *attr,
+                                            unsigned count);
+IOF_API int iof_compat_pthread_barrier_destroy(pthread_barrier_t *b);
+IOF_API int iof_compat_pthread_barrier_wait(pthread_barrier_t *b);
+#endif
+
+/* ---- keys (fiber-local storage) --------------------------------------- */
+
+/* Up to PTHREAD_KEYS_MAX keys. 0; EAGAIN when all are taken; EINVAL. */
+IOF_API int iof_compat_pthread_key_create(pthread_key_t *key,
+                                          void (*destructor)(void *));
+/* 0; EINVAL for a key that is not live. */
+IOF_API int iof_compat_pthread_key_delete(pthread_key_t key);
+/* The calling fiber thread's (or plain thread's) value; NULL if unset. */
+IOF_API void *iof_compat_pthread_getspecific(pthread_key_t key);
+/* 0; EINVAL (dead key); ENOMEM. */
+IOF_API int iof_compat_pthread_setspecific(pthread_key_t key,
+                                           const void *value);
+
+/* ---- unnamed semaphores ----------------------------------------------- */
+
+/* Process-private only: pshared != 0 fails with ENOSYS. -1 + errno
+ * EINVAL (value > SEM_VALUE_MAX). Named semaphores (sem_open) are not
+ * covered. */
+IOF_API int iof_compat_sem_init(sem_t *s, int pshared, unsigned value);
+/* 0; -1 + EBUSY while waited for. */
+IOF_API int iof_compat_sem_destroy(sem_t *s);
+/* 0; never EINTR. */
+IOF_API int iof_compat_sem_wait(sem_t *s);
+/* 0; -1 + EAGAIN. */
+IOF_API int iof_compat_sem_trywait(sem_t *s);
+#ifdef IOF__COMPAT_XOPEN2K
+/* 0; -1 + ETIMEDOUT (CLOCK_REALTIME abstime) or EINVAL. */
+IOF_API int iof_compat_sem_timedwait(sem_t *s, const struct timespec *abstime);
+#endif
+#ifdef IOF__COMPAT_GNU
+/* As timedwait on an explicit clock. */
+IOF_API int iof_compat_sem_clockwait(sem_t *s, clockid_t clock,
+                                     const struct timespec *abstime);
+#endif
+/* 0; -1 + EOVERFLOW at SEM_VALUE_MAX. */
+IOF_API int iof_compat_sem_post(sem_t *s);
+/* *value = the count (never negative). 0. */
+IOF_API int iof_compat_sem_getvalue(sem_t *s, int *value);
+
+/* ---- running a blocking-style program --------------------------------- */
+
+typedef struct iof_main_opts {
+  /* io_contexts, each on its own OS thread (the caller runs the first);
+   * new fiber threads are placed round-robin. 0: $IOF_THREADS, else 1. */
+  unsigned threads;
+  /* Stack of fn's fiber; 0: 8 MiB (as a main thread; only touched pages
+   * cost memory). */
+  size_t main_stack_size;
+  /* Default stack of fiber threads whose attr sets none; 0:
+   * $IOF_STACK_SIZE (bytes, k/m suffix), else IOF_FIBER_STACK_DEFAULT. */
+  size_t thread_stack_size;
+} iof_main_opts;
+
+/* Runs fn(arg) as a fiber thread (pthread_self/pthread_exit work in it)
+ * on a fresh io_context and returns its status once it returns; fiber
+ * threads still running then are left behind (as threads are when main
+ * returns: the caller is expected to exit). If fn ends with pthread_exit,
+ * returns 0 once every fiber thread has ended. -EINVAL (NULL fn); -ENOMEM;
+ * -EBUSY (iof_main already running). */
+IOF_API int iof_main(iof_fn fn, void *arg);
+
+/* iof_main with options (NULL: defaults). */
+IOF_API int iof_main_ex(iof_fn fn, void *arg, const iof_main_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

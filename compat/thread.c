@@ -1,0 +1,250 @@
+/* compat's threads: pthread_create/join/detach/self/equal/exit on fiber
+ * "threads" (and the real calls on real threads), keys on fiber-local
+ * storage.
+ *
+ * A fiber thread is a chain launched with a small malloc'd record as its
+ * argument. The chain's frame (the stack) is freed the moment the fiber
+ * ends, joined or not; the record alone stays until pthread_join (or goes
+ * at once when detached), like the few bytes a real thread keeps for its
+ * joiner. pthread_exit unwinds to the chain's entry with longjmp. */
+#include "compat/thread_internal.h"
+
+#include <errno.h>
+#include <iofiber/fls.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct iof__cthread {
+  void *(*fn)(void *);
+  void *arg;
+  void *ret;
+  jmp_buf *exit_to; /* on the fiber's stack while it runs */
+  void (*on_end)(void *ret);
+  atomic_int lk;
+  bool done, detached, joining;
+  iof__waitq joiner;
+};
+
+static atomic_long live_threads;
+static void (*_Atomic idle_hook)(void);
+
+long iof__cthread_live(void) {
+  return atomic_load(&live_threads);
+}
+
+void iof__cthread_set_idle_hook(void (*hook)(void)) {
+  atomic_store(&idle_hook, hook);
+}
+
+static int thread_main(void *p) {
+  iof__cthread *t = p;
+  jmp_buf jb;
+  t->exit_to = &jb;
+  if (!setjmp(jb)) t->ret = t->fn(t->arg);
+  t->exit_to = NULL;
+  return 0;
+}
+
+/* The record of the fiber thread running here, or NULL. */
+static iof__cthread *self_record(void) {
+  iof_fiber *f = iof__sync_fiber();
+  if (!f) return NULL;
+  iof_chain *c = f->sched;
+  return c && c->fn == thread_main ? c->arg : NULL;
+}
+
+/* After the frame is freed (key destructors have run in the fiber). */
+static void thread_freed(void *user, int status) {
+  (void)status;
+  iof__cthread *t = user;
+  if (t->on_end) t->on_end(t->ret);
+  iof__lk_lock(&t->lk);
+  t->done = true;
+  bool det = t->detached;
+  iof__wnode *n = iof__wq_claim_first(&t->joiner, 0);
+  iof__lk_unlock(&t->lk);
+  if (det)
+    free(t);
+  else if (n)
+    iof__cwait_wake(n->w); /* t belongs to the joiner from here */
+  if (atomic_fetch_sub(&live_threads, 1) == 1) {
+    void (*h)(void) = atomic_load(&idle_hook);
+    if (h) h();
+  }
+}
+
+int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
+                       void *(*fn)(void *), void *arg,
+                       void (*on_end)(void *ret), pthread_t *out) {
+  iof__cthread *t = calloc(1, sizeof *t);
+  if (!t) return -ENOMEM;
+  t->fn = fn;
+  t->arg = arg;
+  t->on_end = on_end;
+  t->detached = detached;
+  /* The id is published before the thread can run (it may read it). */
+  if (out) *out = (pthread_t)((uintptr_t)t | 1);
+  iof_launch_opts o = {0};
+  o.stack_size = stack;
+  o.user = t;
+  atomic_fetch_add(&live_threads, 1);
+  int r = iof__run_async_ex(ex, &o, thread_main, t, thread_freed);
+  if (r < 0) {
+    atomic_fetch_sub(&live_threads, 1);
+    free(t);
+  }
+  return r;
+}
+
+/* glibc reports its default size for an attr whose size was never set:
+ * that value means "not set" here (fiber threads then get the fiber
+ * default, not 8 MiB each). */
+static size_t plain_default_stack(void) {
+  static _Atomic size_t cached;
+  size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v) return v;
+  pthread_attr_t a;
+  if (pthread_attr_init(&a) != 0) return 1;
+  if (pthread_attr_getstacksize(&a, &v) != 0 || !v) v = 1;
+  pthread_attr_destroy(&a);
+  atomic_store_explicit(&cached, v, memory_order_relaxed);
+  return v;
+}
+
+int iof_compat_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                              void *(*fn)(void *), void *arg) {
+  iof_fiber *self = iof__sync_fiber();
+  if (!self) return iof__libc.pthread_create(thread, attr, fn, arg);
+  if (!thread || !fn) return EINVAL;
+  size_t stack = iof__compat_thread_stack();
+  int det = PTHREAD_CREATE_JOINABLE;
+  if (attr) {
+    size_t s;
+    if (pthread_attr_getstacksize(attr, &s) == 0 && s != plain_default_stack())
+      stack = s;
+    if (pthread_attr_getdetachstate(attr, &det) != 0) return EINVAL;
+  }
+  if (stack < IOF_FIBER_STACK_MIN) stack = IOF_FIBER_STACK_MIN;
+  if (stack > IOF_FIBER_STACK_MAX) return EINVAL;
+  int r =
+      iof__cthread_start(iof__compat_pick_executor(self), stack,
+                         det == PTHREAD_CREATE_DETACHED, fn, arg, NULL, thread);
+  if (r == -EINVAL) return EINVAL;
+  return r < 0 ? EAGAIN : 0;
+}
+
+static iof__cthread *record_of(pthread_t t) {
+  uintptr_t v = (uintptr_t)t;
+  return v & 1 ? (iof__cthread *)(v & ~(uintptr_t)1) : NULL;
+}
+
+typedef struct join_op {
+  iof__cthread *t;
+  iof__wnode node;
+} join_op;
+
+static bool join_begin(void *p, iof__wait *w) {
+  join_op *op = p;
+  iof__cthread *t = op->t;
+  iof__lk_lock(&t->lk);
+  if (t->done) {
+    iof__lk_unlock(&t->lk);
+    w->result = 0;
+    return false;
+  }
+  iof__wait_publish(w); /* uncancellable, no deadline: cannot fail */
+  iof__wq_push(&t->joiner, &op->node);
+  iof__lk_unlock(&t->lk);
+  return true;
+}
+
+int iof_compat_pthread_join(pthread_t thread, void **retval) {
+  iof__cthread *t = record_of(thread);
+  if (!t) return iof__libc.pthread_join(thread, retval);
+  if (t == self_record()) return EDEADLK;
+  iof__lk_lock(&t->lk);
+  if (t->detached || t->joining) {
+    iof__lk_unlock(&t->lk);
+    return EINVAL;
+  }
+  t->joining = true;
+  bool done = t->done;
+  iof__lk_unlock(&t->lk);
+  if (!done) {
+    join_op op = {t, {0}};
+    iof__cwait cw;
+    op.node.w = &cw.w;
+    (void)iof__cwait_block(&op, join_begin, &cw, -1);
+  }
+  if (retval) *retval = t->ret;
+  free(t);
+  return 0;
+}
+
+int iof_compat_pthread_detach(pthread_t thread) {
+  iof__cthread *t = record_of(thread);
+  if (!t) return iof__libc.pthread_detach(thread);
+  iof__lk_lock(&t->lk);
+  if (t->detached || t->joining) {
+    iof__lk_unlock(&t->lk);
+    return EINVAL;
+  }
+  t->detached = true;
+  bool done = t->done;
+  iof__lk_unlock(&t->lk);
+  if (done) free(t);
+  return 0;
+}
+
+pthread_t iof_compat_pthread_self(void) {
+  iof__cthread *t = self_record();
+  return t ? (pthread_t)((uintptr_t)t | 1) : iof__libc.pthread_self();
+}
+
+int iof_compat_pthread_equal(pthread_t a, pthread_t b) {
+  return a == b;
+}
+
+void iof_compat_pthread_exit(void *retval) {
+  iof__cthread *t = self_record();
+  if (t && t->exit_to) {
+    t->ret = retval;
+    longjmp(*t->exit_to, 1);
+  }
+  iof_thread_state *th = iof__thread();
+  if (th->current == &th->root) iof__libc.pthread_exit(retval);
+  /* A fiber that is no fiber thread has no thread to end, and
+   * pthread_exit cannot return. */
+  fputs("iofiber: pthread_exit called in a fiber that pthread_create did "
+        "not start\n",
+        stderr);
+  abort();
+}
+
+/* ---- keys ------------------------------------------------------------- */
+
+int iof_compat_pthread_key_create(pthread_key_t *key,
+                                  void (*destructor)(void *)) {
+  if (!key) return EINVAL;
+  iof_fls_key k;
+  int r = iof_fls_key_create(&k, destructor);
+  if (r < 0) return -r;
+  *key = (pthread_key_t)k.index;
+  return 0;
+}
+
+int iof_compat_pthread_key_delete(pthread_key_t key) {
+  iof_fls_key k = iof__fls_key_at(key);
+  return k.gen && iof_fls_key_delete(k) == 0 ? 0 : EINVAL;
+}
+
+void *iof_compat_pthread_getspecific(pthread_key_t key) {
+  return iof_fls_get(iof__fls_key_at(key));
+}
+
+int iof_compat_pthread_setspecific(pthread_key_t key, const void *value) {
+  iof_fls_key k = iof__fls_key_at(key);
+  if (!k.gen) return EINVAL;
+  return -iof_fls_set(k, (void *)(uintptr_t)value);
+}

@@ -1,0 +1,71 @@
+/* Internals of compat's thread half (threads, locks, keys, iof_main).
+ * Not installed.
+ *
+ * Every pthread object is used in place, as an overlay of the user's
+ * pthread_*_t storage; an all-zero object is the static initializer state.
+ * Waiting reuses sched's waiter machinery (iof__wait records, iof__wnode
+ * queues, the claim protocol, iof__wait_block for fibers); plain threads
+ * park on a futex word next to their record instead of sched's parker,
+ * because that one calls pthread_mutex/cond by name and the preload hook
+ * routes those names back here. Internal locks are futex locks too. */
+#ifndef IOF_COMPAT_THREAD_INTERNAL_H
+#define IOF_COMPAT_THREAD_INTERNAL_H
+
+#include <iofiber/compat_thread.h>
+
+#include "fiber/libc.h"
+#include "sched/sync_internal.h"
+
+/* A wait record plus the futex word a plain thread parks on. Every wait
+ * of compat's primitives uses one, so a waker finds the word from the
+ * iof__wait a queue node points to. */
+typedef struct iof__cwait {
+  iof__wait w;
+  atomic_int futex;
+} iof__cwait;
+
+/* Blocks the caller until begin completes it or a claim wakes it: a
+ * launched fiber suspends (iof__wait_block, not cancellable: POSIX waits
+ * end only by their own event or timeout), anything else parks on the
+ * futex. deadline_ns: CLOCK_MONOTONIC, < 0 none. Returns w.result or
+ * -ETIMEDOUT. errno is preserved. */
+IOF_HIDDEN int iof__cwait_block(void *op, iof__wait_begin begin, iof__cwait *cw,
+                                int64_t deadline_ns);
+
+/* Wakes a claimed waiter (fiber: posted; thread: futex). */
+IOF_HIDDEN void iof__cwait_wake(iof__wait *w);
+
+/* A small futex lock (0 free, 1 held, 2 held with sleepers); held only for
+ * a few instructions, never across a suspension. */
+IOF_HIDDEN void iof__lk_lock(atomic_int *l);
+IOF_HIDDEN void iof__lk_unlock(atomic_int *l);
+
+/* abstime on clock -> CLOCK_MONOTONIC ns (saturating). -EINVAL for a bad
+ * timespec or clock. */
+IOF_HIDDEN int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
+                                int64_t *out);
+
+/* Placement of new fiber threads (iof_main with several contexts): the
+ * executor a thread created by `self` starts on. */
+IOF_HIDDEN iof_executor_ref iof__compat_pick_executor(iof_fiber *self);
+
+/* Default stack of fiber threads (iof_main's option, $IOF_STACK_SIZE, or
+ * IOF_FIBER_STACK_DEFAULT). */
+IOF_HIDDEN size_t iof__compat_thread_stack(void);
+
+/* A fiber thread's record (the pthread_t is its address | 1). */
+typedef struct iof__cthread iof__cthread;
+
+/* Starts a fiber thread on ex; *out gets its record. on_end (may be NULL)
+ * runs once its stack is freed, before joiners wake. 0 or -errno. */
+IOF_HIDDEN int iof__cthread_start(iof_executor_ref ex, size_t stack,
+                                  bool detached, void *(*fn)(void *), void *arg,
+                                  void (*on_end)(void *ret), pthread_t *out);
+
+/* How many fiber threads are running (started and not yet freed). */
+IOF_HIDDEN long iof__cthread_live(void);
+
+/* Called by iof_main when the live count drops to zero (NULL: nobody). */
+IOF_HIDDEN void iof__cthread_set_idle_hook(void (*hook)(void));
+
+#endif

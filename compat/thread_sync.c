@@ -1,0 +1,974 @@
+/* compat's pthread mutex, condition variable, read-write lock, barrier,
+ * once and POSIX unnamed semaphore, in place in the user's storage (see
+ * thread_internal.h), plus the futex parker and futex lock under them. */
+#include "compat/thread_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ---- futex parker and lock -------------------------------------------- */
+
+static void futex_wake(atomic_int *a, int n) {
+  syscall(SYS_futex, a, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
+}
+
+/* Sleeps while *a == val, until the absolute CLOCK_MONOTONIC deadline
+ * (NULL: none). false once the deadline has passed. */
+static bool futex_wait(atomic_int *a, int val, const struct timespec *abs) {
+  long r = syscall(SYS_futex, a, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, val,
+                   abs, NULL, FUTEX_BITSET_MATCH_ANY);
+  return !(r < 0 && errno == ETIMEDOUT);
+}
+
+void iof__lk_lock(atomic_int *l) {
+  int c = 0;
+  if (atomic_compare_exchange_strong_explicit(l, &c, 1, memory_order_acquire,
+                                              memory_order_relaxed))
+    return;
+  for (int i = 0; i < 64; i++) {
+    __builtin_ia32_pause();
+    c = 0;
+    if (atomic_load_explicit(l, memory_order_relaxed) == 0 &&
+        atomic_compare_exchange_weak_explicit(l, &c, 1, memory_order_acquire,
+                                              memory_order_relaxed))
+      return;
+  }
+  int e = errno;
+  c = atomic_exchange_explicit(l, 2, memory_order_acquire);
+  while (c != 0) {
+    futex_wait(l, 2, NULL);
+    c = atomic_exchange_explicit(l, 2, memory_order_acquire);
+  }
+  errno = e;
+}
+
+void iof__lk_unlock(atomic_int *l) {
+  if (atomic_exchange_explicit(l, 0, memory_order_release) == 2) {
+    int e = errno;
+    futex_wake(l, 1);
+    errno = e;
+  }
+}
+
+void iof__cwait_wake(iof__wait *w) {
+  if (w->fiber) {
+    iof__wait_wake(w);
+    return;
+  }
+  iof__cwait *cw = (iof__cwait *)((char *)w - offsetof(iof__cwait, w));
+  int e = errno;
+  atomic_store_explicit(&cw->futex, 1, memory_order_release);
+  /* The waiter may return (and its stack be reused) right after the
+   * store: a wake on a dead address is at worst a spurious wake-up, which
+   * every futex waiter tolerates. */
+  futex_wake(&cw->futex, 1);
+  errno = e;
+}
+
+int iof__cwait_block(void *op, iof__wait_begin begin, iof__cwait *cw,
+                     int64_t deadline_ns) {
+  int e = errno;
+  if (iof__sync_fiber()) {
+    int r = iof__wait_block(op, begin, &cw->w, deadline_ns, 0);
+    errno = e;
+    return r;
+  }
+  iof__wait *w = &cw->w;
+  atomic_init(&w->state, IOF__W_INIT);
+  w->result = 0;
+  w->index = -1;
+  w->by_waker = false;
+  w->parker = NULL;
+  w->fiber = NULL;
+  atomic_init(&cw->futex, 0);
+  if (begin(op, w)) {
+    struct timespec ts, *tp = NULL;
+    if (deadline_ns >= 0) {
+      ts.tv_sec = deadline_ns / 1000000000;
+      ts.tv_nsec = deadline_ns % 1000000000;
+      tp = &ts;
+    }
+    while (!atomic_load_explicit(&cw->futex, memory_order_acquire)) {
+      if (futex_wait(&cw->futex, 0, tp)) continue;
+      /* Timed out: claim it ourselves, or a waker got there first and is
+       * about to set the word (then wait for that: it uses cw). */
+      int expect = IOF__W_WAITING;
+      if (atomic_compare_exchange_strong(&w->state, &expect, IOF__W_DONE)) {
+        w->result = -ETIMEDOUT;
+        w->index = -1;
+        w->by_waker = false;
+        break;
+      }
+      tp = NULL;
+    }
+  }
+  errno = e;
+  return w->result;
+}
+
+int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
+                     int64_t *out) {
+  if (!abs || abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000) return -EINVAL;
+  if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return -EINVAL;
+  int64_t mono = iof__now_ns();
+  int64_t now = mono;
+  if (clock == CLOCK_REALTIME) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  }
+  if (abs->tv_sec < 0) {
+    *out = 0;
+    return 0;
+  }
+  int64_t t = abs->tv_sec > INT64_MAX / 1000000000 - 1
+                  ? INT64_MAX
+                  : (int64_t)abs->tv_sec * 1000000000 + abs->tv_nsec;
+  /* The remaining time on `clock`, applied to the monotonic clock (a jump
+   * of the real-time clock during the wait is not followed). */
+  int64_t left = t - now;
+  if (left <= 0) {
+    *out = mono;
+    return 0;
+  }
+  *out = left > INT64_MAX - mono ? INT64_MAX : mono + left;
+  return 0;
+}
+
+/* ---- mutex ------------------------------------------------------------ */
+
+typedef struct cmutex {
+  atomic_int lk;       /* the queue's lock */
+  unsigned depth;      /* the owner's recursion depth */
+  void *_Atomic owner; /* iof__sync_self() of the owner */
+  int kind;            /* glibc's __kind, set by its static initializers */
+  atomic_int state;    /* 0 free, 1 locked, 2 locked and maybe waiters */
+  iof__waitq q;
+} cmutex;
+
+_Static_assert(sizeof(cmutex) <= sizeof(pthread_mutex_t), "mutex overlay");
+_Static_assert(_Alignof(cmutex) <= _Alignof(pthread_mutex_t), "mutex align");
+#ifdef __GLIBC__
+_Static_assert(offsetof(cmutex, kind) ==
+                   offsetof(pthread_mutex_t, __data.__kind),
+               "the static initializers' kind field");
+#endif
+
+#define CM(p) ((cmutex *)(void *)(p))
+
+enum { K_NORMAL = 0, K_RECURSIVE = 1, K_ERRORCHECK = 2 };
+
+static int mkind(const cmutex *m) {
+  int k = m->kind & 3;
+  return k == 3 ? K_NORMAL : k; /* adaptive: a normal mutex */
+}
+
+int iof_compat_pthread_mutex_init(pthread_mutex_t *pm,
+                                  const pthread_mutexattr_t *attr) {
+  if (!pm) return EINVAL;
+  int type = PTHREAD_MUTEX_DEFAULT;
+  if (attr) {
+    int v;
+    if (pthread_mutexattr_gettype(attr, &type) != 0) return EINVAL;
+    if (pthread_mutexattr_getpshared(attr, &v) == 0 &&
+        v != PTHREAD_PROCESS_PRIVATE)
+      return EINVAL;
+    if (pthread_mutexattr_getrobust(attr, &v) == 0 &&
+        v != PTHREAD_MUTEX_STALLED)
+      return EINVAL;
+  }
+  memset(pm, 0, sizeof *pm);
+  cmutex *m = CM(pm);
+  m->kind = type == PTHREAD_MUTEX_RECURSIVE    ? K_RECURSIVE
+            : type == PTHREAD_MUTEX_ERRORCHECK ? K_ERRORCHECK
+                                               : K_NORMAL;
+  return 0;
+}
+
+int iof_compat_pthread_mutex_destroy(pthread_mutex_t *pm) {
+  if (!pm) return EINVAL;
+  cmutex *m = CM(pm);
+  iof__lk_lock(&m->lk);
+  bool busy = atomic_load(&m->state) != 0 || m->q.head;
+  iof__lk_unlock(&m->lk);
+  return busy ? EBUSY : 0;
+}
+
+static inline bool mutex_try(cmutex *m, void *self) {
+  int expect = 0;
+  if (!atomic_compare_exchange_strong_explicit(
+          &m->state, &expect, 1, memory_order_acquire, memory_order_relaxed))
+    return false;
+  atomic_store_explicit(&m->owner, self, memory_order_relaxed);
+  m->depth = 1;
+  return true;
+}
+
+typedef struct mlock_op {
+  cmutex *m;
+  iof__wnode node;
+  bool published;
+} mlock_op;
+
+/* Under m->lk: take a mutex that became free, or mark it contended and
+ * queue the waiter (unlock hands it over: owner set before the wake). */
+static bool mlock_begin(void *p, iof__wait *w) {
+  mlock_op *op = p;
+  cmutex *m = op->m;
+  iof__lk_lock(&m->lk);
+  int s = atomic_load_explicit(&m->state, memory_order_relaxed);
+  for (;;) {
+    if (s == 0) {
+      if (atomic_compare_exchange_weak_explicit(
+              &m->state, &s, 1, memory_order_acquire, memory_order_relaxed)) {
+        atomic_store_explicit(&m->owner, op->node.owner, memory_order_relaxed);
+        iof__lk_unlock(&m->lk);
+        w->result = 0;
+        return false;
+      }
+    } else if (s == 1) {
+      if (atomic_compare_exchange_weak_explicit(
+              &m->state, &s, 2, memory_order_relaxed, memory_order_relaxed))
+        break;
+    } else {
+      break;
+    }
+  }
+  if (!iof__wait_publish(w)) {
+    iof__lk_unlock(&m->lk);
+    return false;
+  }
+  iof__wq_push(&m->q, &op->node);
+  op->published = true;
+  iof__lk_unlock(&m->lk);
+  return true;
+}
+
+/* Waits for the mutex (not free a moment ago). 0 or -ETIMEDOUT. */
+static int mutex_lock_slow(cmutex *m, void *self, int64_t deadline) {
+  mlock_op op = {m, {0}, false};
+  iof__cwait cw;
+  op.node.w = &cw.w;
+  op.node.owner = self;
+  int r = iof__cwait_block(&op, mlock_begin, &cw, deadline);
+  if (op.published && !cw.w.by_waker) {
+    iof__lk_lock(&m->lk);
+    iof__wq_unlink(&m->q, &op.node);
+    iof__lk_unlock(&m->lk);
+  }
+  if (r == 0) m->depth = 1;
+  return r;
+}
+
+/* Releases a held mutex whoever holds it: to the first waiter, if any. */
+static void mutex_release(cmutex *m) {
+  m->depth = 0;
+  atomic_store_explicit(&m->owner, NULL, memory_order_relaxed);
+  int expect = 1;
+  if (atomic_compare_exchange_strong_explicit(
+          &m->state, &expect, 0, memory_order_release, memory_order_relaxed))
+    return;
+  iof__lk_lock(&m->lk);
+  iof__wnode *n = iof__wq_claim_first(&m->q, 0);
+  if (n) {
+    atomic_store_explicit(&m->owner, n->owner, memory_order_relaxed);
+    if (!m->q.head) atomic_store_explicit(&m->state, 1, memory_order_relaxed);
+  } else {
+    atomic_store_explicit(&m->state, 0, memory_order_release);
+  }
+  iof__lk_unlock(&m->lk);
+  if (n) iof__cwait_wake(n->w);
+}
+
+/* has_abs: timed; abs checked only when the mutex is not free (POSIX). */
+static int mutex_lock(pthread_mutex_t *pm, clockid_t clock,
+                      const struct timespec *abs, bool timed) {
+  if (!pm) return EINVAL;
+  cmutex *m = CM(pm);
+  void *self = iof__sync_self();
+  if (atomic_load_explicit(&m->owner, memory_order_relaxed) == self) {
+    if (mkind(m) != K_RECURSIVE) return EDEADLK;
+    if (m->depth == UINT_MAX) return EAGAIN;
+    m->depth++;
+    return 0;
+  }
+  if (mutex_try(m, self)) return 0;
+  int64_t deadline = -1;
+  if (timed) {
+    int r = iof__abs_to_mono(clock, abs, &deadline);
+    if (r < 0) return -r;
+  }
+  return -mutex_lock_slow(m, self, deadline);
+}
+
+int iof_compat_pthread_mutex_lock(pthread_mutex_t *pm) {
+  return mutex_lock(pm, CLOCK_REALTIME, NULL, false);
+}
+
+int iof_compat_pthread_mutex_timedlock(pthread_mutex_t *pm,
+                                       const struct timespec *abstime) {
+  return mutex_lock(pm, CLOCK_REALTIME, abstime, true);
+}
+
+int iof_compat_pthread_mutex_clocklock(pthread_mutex_t *pm, clockid_t clock,
+                                       const struct timespec *abstime) {
+  return mutex_lock(pm, clock, abstime, true);
+}
+
+int iof_compat_pthread_mutex_trylock(pthread_mutex_t *pm) {
+  if (!pm) return EINVAL;
+  cmutex *m = CM(pm);
+  void *self = iof__sync_self();
+  if (atomic_load_explicit(&m->owner, memory_order_relaxed) == self &&
+      mkind(m) == K_RECURSIVE) {
+    if (m->depth == UINT_MAX) return EAGAIN;
+    m->depth++;
+    return 0;
+  }
+  return mutex_try(m, self) ? 0 : EBUSY;
+}
+
+int iof_compat_pthread_mutex_unlock(pthread_mutex_t *pm) {
+  if (!pm) return EINVAL;
+  cmutex *m = CM(pm);
+  if (atomic_load_explicit(&m->state, memory_order_relaxed) == 0) return EPERM;
+  int kind = mkind(m);
+  /* A normal mutex may be unlocked by another thread than the owner, as
+   * glibc lets it be (some programs use one as a binary semaphore). */
+  if (kind != K_NORMAL &&
+      atomic_load_explicit(&m->owner, memory_order_relaxed) != iof__sync_self())
+    return EPERM;
+  if (kind == K_RECURSIVE && m->depth > 1) {
+    m->depth--;
+    return 0;
+  }
+  mutex_release(m);
+  return 0;
+}
+
+/* ---- condition variable ----------------------------------------------- */
+
+typedef struct ccond {
+  atomic_int lk;
+  int clock; /* 0 = CLOCK_REALTIME, the static initializer's */
+  iof__waitq q;
+} ccond;
+
+_Static_assert(sizeof(ccond) <= sizeof(pthread_cond_t), "cond overlay");
+_Static_assert(_Alignof(ccond) <= _Alignof(pthread_cond_t), "cond align");
+
+#define CC(p) ((ccond *)(void *)(p))
+
+int iof_compat_pthread_cond_init(pthread_cond_t *pc,
+                                 const pthread_condattr_t *attr) {
+  if (!pc) return EINVAL;
+  clockid_t clock = CLOCK_REALTIME;
+  if (attr) {
+    int v;
+    if (pthread_condattr_getclock(attr, &clock) != 0) return EINVAL;
+    if (pthread_condattr_getpshared(attr, &v) == 0 &&
+        v != PTHREAD_PROCESS_PRIVATE)
+      return EINVAL;
+  }
+  memset(pc, 0, sizeof *pc);
+  CC(pc)->clock = (int)clock;
+  return 0;
+}
+
+int iof_compat_pthread_cond_destroy(pthread_cond_t *pc) {
+  if (!pc) return EINVAL;
+  ccond *c = CC(pc);
+  iof__lk_lock(&c->lk);
+  bool busy = iof__wq_has_waiter(&c->q);
+  iof__lk_unlock(&c->lk);
+  return busy ? EBUSY : 0;
+}
+
+typedef struct cwait_op {
+  ccond *c;
+  cmutex *m;
+  iof__wnode node;
+  bool released;
+  bool published;
+} cwait_op;
+
+/* Under the cond's lock: release the mutex and queue the waiter in one
+ * step as seen by signallers (which need that lock). */
+static bool cwait_begin(void *p, iof__wait *w) {
+  cwait_op *op = p;
+  ccond *c = op->c;
+  iof__lk_lock(&c->lk);
+  if (atomic_load_explicit(&w->state, memory_order_acquire) != IOF__W_INIT) {
+    iof__wait_publish(w); /* timed out before anything happened */
+    iof__lk_unlock(&c->lk);
+    return false;
+  }
+  mutex_release(op->m);
+  op->released = true;
+  if (!iof__wait_publish(w)) {
+    iof__lk_unlock(&c->lk);
+    return false;
+  }
+  iof__wq_push(&c->q, &op->node);
+  op->published = true;
+  iof__lk_unlock(&c->lk);
+  return true;
+}
+
+static int cond_wait(pthread_cond_t *pc, pthread_mutex_t *pm, clockid_t clock,
+                     const struct timespec *abs, bool timed) {
+  if (!pc || !pm) return EINVAL;
+  ccond *c = CC(pc);
+  cmutex *m = CM(pm);
+  void *self = iof__sync_self();
+  if (atomic_load_explicit(&m->owner, memory_order_relaxed) != self)
+    return EPERM;
+  int64_t deadline = -1;
+  if (timed) {
+    int r = iof__abs_to_mono(clock, abs, &deadline);
+    if (r < 0) return -r;
+  }
+  unsigned depth = m->depth; /* a recursive mutex is released fully */
+  cwait_op op = {c, m, {0}, false, false};
+  iof__cwait cw;
+  op.node.w = &cw.w;
+  int r = iof__cwait_block(&op, cwait_begin, &cw, deadline);
+  if (op.published && !cw.w.by_waker) {
+    iof__lk_lock(&c->lk);
+    iof__wq_unlink(&c->q, &op.node);
+    iof__lk_unlock(&c->lk);
+  }
+  if (op.released) {
+    if (!mutex_try(m, self)) (void)mutex_lock_slow(m, self, -1);
+    m->depth = depth;
+  }
+  return -r;
+}
+
+int iof_compat_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
+  return cond_wait(c, m, CLOCK_REALTIME, NULL, false);
+}
+
+int iof_compat_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
+                                      const struct timespec *abstime) {
+  return cond_wait(c, m, c ? (clockid_t)CC(c)->clock : CLOCK_REALTIME, abstime,
+                   true);
+}
+
+int iof_compat_pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m,
+                                      clockid_t clock,
+                                      const struct timespec *abstime) {
+  return cond_wait(c, m, clock, abstime, true);
+}
+
+int iof_compat_pthread_cond_signal(pthread_cond_t *pc) {
+  if (!pc) return EINVAL;
+  ccond *c = CC(pc);
+  iof__lk_lock(&c->lk);
+  iof__wnode *n = iof__wq_claim_first(&c->q, 0);
+  iof__lk_unlock(&c->lk);
+  if (n) iof__cwait_wake(n->w);
+  return 0;
+}
+
+int iof_compat_pthread_cond_broadcast(pthread_cond_t *pc) {
+  if (!pc) return EINVAL;
+  ccond *c = CC(pc);
+  iof__wnode *list = NULL, **tail = &list;
+  iof__lk_lock(&c->lk);
+  for (iof__wnode *n; (n = iof__wq_claim_first(&c->q, 0));) {
+    *tail = n;
+    tail = &n->next;
+  }
+  iof__lk_unlock(&c->lk);
+  while (list) {
+    iof__wnode *n = list;
+    list = n->next; /* read before the wake: n may be gone after it */
+    iof__cwait_wake(n->w);
+  }
+  return 0;
+}
+
+/* ---- read-write lock -------------------------------------------------- */
+
+typedef struct crwlock {
+  atomic_int lk;
+  unsigned readers;
+  void *writer;
+  iof__waitq q; /* node->index: 1 writer, 0 reader */
+} crwlock;
+
+_Static_assert(sizeof(crwlock) <= sizeof(pthread_rwlock_t), "rwlock overlay");
+_Static_assert(_Alignof(crwlock) <= _Alignof(pthread_rwlock_t), "rw align");
+
+#define CRW(p) ((crwlock *)(void *)(p))
+
+int iof_compat_pthread_rwlock_init(pthread_rwlock_t *rw,
+                                   const pthread_rwlockattr_t *attr) {
+  if (!rw) return EINVAL;
+  if (attr) {
+    int v;
+    if (pthread_rwlockattr_getpshared(attr, &v) == 0 &&
+        v != PTHREAD_PROCESS_PRIVATE)
+      return EINVAL;
+  }
+  memset(rw, 0, sizeof *rw);
+  return 0;
+}
+
+int iof_compat_pthread_rwlock_destroy(pthread_rwlock_t *prw) {
+  if (!prw) return EINVAL;
+  crwlock *rw = CRW(prw);
+  iof__lk_lock(&rw->lk);
+  bool busy = rw->readers || rw->writer || iof__wq_has_waiter(&rw->q);
+  iof__lk_unlock(&rw->lk);
+  return busy ? EBUSY : 0;
+}
+
+/* Under rw->lk: take it now if possible. 0, EBUSY, EDEADLK or EAGAIN. */
+static int rw_take(crwlock *rw, bool write, void *self) {
+  if (rw->writer == self) return EDEADLK;
+  if (write) {
+    if (rw->writer || rw->readers) return EBUSY;
+    rw->writer = self;
+    return 0;
+  }
+  if (rw->writer) return EBUSY;
+  if (rw->readers == UINT_MAX) return EAGAIN;
+  rw->readers++;
+  return 0;
+}
+
+typedef struct rw_op {
+  crwlock *rw;
+  iof__wnode node;
+  bool published;
+} rw_op;
+
+static bool rw_begin(void *p, iof__wait *w) {
+  rw_op *op = p;
+  crwlock *rw = op->rw;
+  iof__lk_lock(&rw->lk);
+  int r = rw_take(rw, op->node.index, op->node.owner);
+  if (r != EBUSY) {
+    iof__lk_unlock(&rw->lk);
+    w->result = -r;
+    return false;
+  }
+  if (!iof__wait_publish(w)) {
+    iof__lk_unlock(&rw->lk);
+    return false;
+  }
+  iof__wq_push(&rw->q, &op->node);
+  op->published = true;
+  iof__lk_unlock(&rw->lk);
+  return true;
+}
+
+static int rw_lock(pthread_rwlock_t *prw, bool write, bool try,
+                   const struct timespec *abs, bool timed) {
+  if (!prw) return EINVAL;
+  crwlock *rw = CRW(prw);
+  void *self = iof__sync_self();
+  iof__lk_lock(&rw->lk);
+  int r = rw_take(rw, write, self);
+  iof__lk_unlock(&rw->lk);
+  if (r != EBUSY || try) return r;
+  int64_t deadline = -1;
+  if (timed) {
+    int e = iof__abs_to_mono(CLOCK_REALTIME, abs, &deadline);
+    if (e < 0) return -e;
+  }
+  rw_op op = {rw, {0}, false};
+  iof__cwait cw;
+  op.node.w = &cw.w;
+  op.node.owner = self;
+  op.node.index = write;
+  r = iof__cwait_block(&op, rw_begin, &cw, deadline);
+  if (op.published && !cw.w.by_waker) {
+    iof__lk_lock(&rw->lk);
+    iof__wq_unlink(&rw->q, &op.node);
+    iof__lk_unlock(&rw->lk);
+  }
+  return -r;
+}
+
+int iof_compat_pthread_rwlock_rdlock(pthread_rwlock_t *rw) {
+  return rw_lock(rw, false, false, NULL, false);
+}
+int iof_compat_pthread_rwlock_tryrdlock(pthread_rwlock_t *rw) {
+  return rw_lock(rw, false, true, NULL, false);
+}
+int iof_compat_pthread_rwlock_timedrdlock(pthread_rwlock_t *rw,
+                                          const struct timespec *abstime) {
+  return rw_lock(rw, false, false, abstime, true);
+}
+int iof_compat_pthread_rwlock_wrlock(pthread_rwlock_t *rw) {
+  return rw_lock(rw, true, false, NULL, false);
+}
+int iof_compat_pthread_rwlock_trywrlock(pthread_rwlock_t *rw) {
+  return rw_lock(rw, true, true, NULL, false);
+}
+int iof_compat_pthread_rwlock_timedwrlock(pthread_rwlock_t *rw,
+                                          const struct timespec *abstime) {
+  return rw_lock(rw, true, false, abstime, true);
+}
+
+/* Under rw->lk, the lock just became free: hand it to the first writer in
+ * the queue, or to every queued reader. Returns the claimed nodes, linked
+ * through next, to wake after the lock is dropped. */
+static iof__wnode *rw_grant(crwlock *rw) {
+  iof__wnode *list = NULL, **tail = &list;
+  for (;;) {
+    iof__wnode *n = rw->q.head;
+    if (!n) return list;
+    if (atomic_load_explicit(&n->w->state, memory_order_acquire) !=
+        IOF__W_WAITING) {
+      iof__wq_unlink(&rw->q, n);
+      continue;
+    }
+    if (n->index) {
+      iof__wq_unlink(&rw->q, n);
+      if (!iof__wait_claim(n->w, 0, n->index)) continue;
+      rw->writer = n->owner;
+      n->next = NULL;
+      return n;
+    }
+    break;
+  }
+  for (iof__wnode *n = rw->q.head, *next; n; n = next) {
+    next = n->next;
+    if (n->index) continue;
+    iof__wq_unlink(&rw->q, n);
+    if (!iof__wait_claim(n->w, 0, n->index)) continue;
+    rw->readers++;
+    n->next = NULL;
+    *tail = n;
+    tail = &n->next;
+  }
+  return list;
+}
+
+int iof_compat_pthread_rwlock_unlock(pthread_rwlock_t *prw) {
+  if (!prw) return EINVAL;
+  crwlock *rw = CRW(prw);
+  void *self = iof__sync_self();
+  iof__lk_lock(&rw->lk);
+  if (rw->writer == self)
+    rw->writer = NULL;
+  else if (rw->readers > 0 && !rw->writer)
+    rw->readers--;
+  else {
+    iof__lk_unlock(&rw->lk);
+    return EPERM;
+  }
+  iof__wnode *list = !rw->writer && !rw->readers ? rw_grant(rw) : NULL;
+  iof__lk_unlock(&rw->lk);
+  while (list) {
+    iof__wnode *n = list;
+    list = n->next;
+    iof__cwait_wake(n->w);
+  }
+  return 0;
+}
+
+/* ---- barrier ---------------------------------------------------------- */
+
+typedef struct cbarrier {
+  atomic_int lk;
+  unsigned count; /* arrived in this round */
+  unsigned need;
+  unsigned pad;
+  iof__waitq q;
+} cbarrier;
+
+_Static_assert(sizeof(cbarrier) <= sizeof(pthread_barrier_t), "barrier");
+_Static_assert(_Alignof(cbarrier) <= _Alignof(pthread_barrier_t), "align");
+
+#define CB(p) ((cbarrier *)(void *)(p))
+
+int iof_compat_pthread_barrier_init(pthread_barrier_t *pb,
+                                    const pthread_barrierattr_t *attr,
+                                    unsigned count) {
+  if (!pb || count == 0) return EINVAL;
+  if (attr) {
+    int v;
+    if (pthread_barrierattr_getpshared(attr, &v) == 0 &&
+        v != PTHREAD_PROCESS_PRIVATE)
+      return EINVAL;
+  }
+  memset(pb, 0, sizeof *pb);
+  CB(pb)->need = count;
+  return 0;
+}
+
+int iof_compat_pthread_barrier_destroy(pthread_barrier_t *pb) {
+  if (!pb) return EINVAL;
+  cbarrier *b = CB(pb);
+  iof__lk_lock(&b->lk);
+  bool busy = b->count != 0;
+  iof__lk_unlock(&b->lk);
+  return busy ? EBUSY : 0;
+}
+
+typedef struct bar_op {
+  cbarrier *b;
+  iof__wnode node;
+} bar_op;
+
+/* The last to arrive releases the round and completes at once with 1
+ * (the serial thread); the others queue. */
+static bool bar_begin(void *p, iof__wait *w) {
+  bar_op *op = p;
+  cbarrier *b = op->b;
+  iof__lk_lock(&b->lk);
+  if (++b->count < b->need) {
+    iof__wait_publish(w); /* never aborted: no deadline, uncancellable */
+    iof__wq_push(&b->q, &op->node);
+    iof__lk_unlock(&b->lk);
+    return true;
+  }
+  b->count = 0;
+  iof__wnode *list = NULL, **tail = &list;
+  for (iof__wnode *n; (n = iof__wq_claim_first(&b->q, 0));) {
+    *tail = n;
+    tail = &n->next;
+  }
+  iof__lk_unlock(&b->lk);
+  while (list) {
+    iof__wnode *n = list;
+    list = n->next;
+    iof__cwait_wake(n->w);
+  }
+  w->result = 1;
+  return false;
+}
+
+int iof_compat_pthread_barrier_wait(pthread_barrier_t *pb) {
+  if (!pb || CB(pb)->need == 0) return EINVAL;
+  bar_op op = {CB(pb), {0}};
+  iof__cwait cw;
+  op.node.w = &cw.w;
+  int r = iof__cwait_block(&op, bar_begin, &cw, -1);
+  return r == 1 ? PTHREAD_BARRIER_SERIAL_THREAD : 0;
+}
+
+/* ---- once ------------------------------------------------------------- */
+
+/* pthread_once_t has no room for a queue: waiters of a running init wait
+ * in a small table hashed by the control's address. */
+#define ONCE_BUCKETS 64
+static struct {
+  atomic_int lk;
+  iof__waitq q;
+} once_tab[ONCE_BUCKETS];
+
+enum { ONCE_INIT = 0, ONCE_RUNNING = 1, ONCE_DONE = 2 };
+
+static unsigned once_bucket(const void *o) {
+  uintptr_t x = (uintptr_t)o;
+  return (unsigned)((x >> 2) ^ (x >> 9)) % ONCE_BUCKETS;
+}
+
+typedef struct once_op {
+  atomic_int *st;
+  unsigned b;
+  iof__wnode node;
+  bool published;
+} once_op;
+
+static bool once_begin(void *p, iof__wait *w) {
+  once_op *op = p;
+  iof__lk_lock(&once_tab[op->b].lk);
+  if (atomic_load_explicit(op->st, memory_order_acquire) == ONCE_DONE) {
+    iof__lk_unlock(&once_tab[op->b].lk);
+    w->result = 0;
+    return false;
+  }
+  iof__wait_publish(w);
+  iof__wq_push(&once_tab[op->b].q, &op->node);
+  op->published = true;
+  iof__lk_unlock(&once_tab[op->b].lk);
+  return true;
+}
+
+int iof_compat_pthread_once(pthread_once_t *once, void (*init)(void)) {
+  if (!once || !init) return EINVAL;
+  atomic_int *st = (atomic_int *)(void *)once;
+  if (atomic_load_explicit(st, memory_order_acquire) == ONCE_DONE) return 0;
+  unsigned b = once_bucket(once);
+  int expect = ONCE_INIT;
+  if (atomic_compare_exchange_strong_explicit(st, &expect, ONCE_RUNNING,
+                                              memory_order_acquire,
+                                              memory_order_acquire)) {
+    init();
+    iof__wnode *list = NULL, **tail = &list;
+    iof__lk_lock(&once_tab[b].lk);
+    atomic_store_explicit(st, ONCE_DONE, memory_order_release);
+    for (iof__wnode *n = once_tab[b].q.head, *next; n; n = next) {
+      next = n->next;
+      if (n->data != (void *)once) continue;
+      iof__wq_unlink(&once_tab[b].q, n);
+      if (!iof__wait_claim(n->w, 0, 0)) continue;
+      n->next = NULL;
+      *tail = n;
+      tail = &n->next;
+    }
+    iof__lk_unlock(&once_tab[b].lk);
+    while (list) {
+      iof__wnode *n = list;
+      list = n->next;
+      iof__cwait_wake(n->w);
+    }
+    return 0;
+  }
+  while (atomic_load_explicit(st, memory_order_acquire) != ONCE_DONE) {
+    once_op op = {st, b, {0}, false};
+    iof__cwait cw;
+    op.node.w = &cw.w;
+    op.node.data = once;
+    (void)iof__cwait_block(&op, once_begin, &cw, -1);
+  }
+  return 0;
+}
+
+/* ---- semaphore -------------------------------------------------------- */
+
+typedef struct csem {
+  atomic_int lk;
+  unsigned value;
+  iof__waitq q;
+} csem;
+
+_Static_assert(sizeof(csem) <= sizeof(sem_t), "sem overlay");
+_Static_assert(_Alignof(csem) <= _Alignof(sem_t), "sem align");
+
+#define CS(p) ((csem *)(void *)(p))
+
+static int fail(int e) {
+  errno = e;
+  return -1;
+}
+
+int iof_compat_sem_init(sem_t *ps, int pshared, unsigned value) {
+  if (!ps || value > SEM_VALUE_MAX) return fail(EINVAL);
+  /* The waiters live on the waiting stacks of this process. */
+  if (pshared) return fail(ENOSYS);
+  memset(ps, 0, sizeof *ps);
+  CS(ps)->value = value;
+  return 0;
+}
+
+int iof_compat_sem_destroy(sem_t *ps) {
+  if (!ps) return fail(EINVAL);
+  csem *s = CS(ps);
+  iof__lk_lock(&s->lk);
+  bool busy = iof__wq_has_waiter(&s->q);
+  iof__lk_unlock(&s->lk);
+  return busy ? fail(EBUSY) : 0;
+}
+
+typedef struct sem_op {
+  csem *s;
+  iof__wnode node;
+  bool published;
+} sem_op;
+
+static bool sem_begin(void *p, iof__wait *w) {
+  sem_op *op = p;
+  csem *s = op->s;
+  iof__lk_lock(&s->lk);
+  if (s->value > 0) {
+    s->value--;
+    iof__lk_unlock(&s->lk);
+    w->result = 0;
+    return false;
+  }
+  if (!iof__wait_publish(w)) {
+    iof__lk_unlock(&s->lk);
+    return false;
+  }
+  iof__wq_push(&s->q, &op->node);
+  op->published = true;
+  iof__lk_unlock(&s->lk);
+  return true;
+}
+
+static bool sem_take(csem *s) {
+  iof__lk_lock(&s->lk);
+  bool ok = s->value > 0;
+  if (ok) s->value--;
+  iof__lk_unlock(&s->lk);
+  return ok;
+}
+
+static int sem_wait_common(sem_t *ps, clockid_t clock,
+                           const struct timespec *abs, bool timed) {
+  if (!ps) return fail(EINVAL);
+  csem *s = CS(ps);
+  if (sem_take(s)) return 0;
+  int64_t deadline = -1;
+  if (timed) {
+    int r = iof__abs_to_mono(clock, abs, &deadline);
+    if (r < 0) return fail(-r);
+  }
+  sem_op op = {s, {0}, false};
+  iof__cwait cw;
+  op.node.w = &cw.w;
+  int r = iof__cwait_block(&op, sem_begin, &cw, deadline);
+  if (op.published && !cw.w.by_waker) {
+    iof__lk_lock(&s->lk);
+    iof__wq_unlink(&s->q, &op.node);
+    iof__lk_unlock(&s->lk);
+  }
+  return r < 0 ? fail(-r) : 0;
+}
+
+int iof_compat_sem_wait(sem_t *s) {
+  return sem_wait_common(s, CLOCK_REALTIME, NULL, false);
+}
+
+int iof_compat_sem_timedwait(sem_t *s, const struct timespec *abstime) {
+  return sem_wait_common(s, CLOCK_REALTIME, abstime, true);
+}
+
+int iof_compat_sem_clockwait(sem_t *s, clockid_t clock,
+                             const struct timespec *abstime) {
+  return sem_wait_common(s, clock, abstime, true);
+}
+
+int iof_compat_sem_trywait(sem_t *ps) {
+  if (!ps) return fail(EINVAL);
+  return sem_take(CS(ps)) ? 0 : fail(EAGAIN);
+}
+
+int iof_compat_sem_post(sem_t *ps) {
+  if (!ps) return fail(EINVAL);
+  csem *s = CS(ps);
+  iof__lk_lock(&s->lk);
+  iof__wnode *n = iof__wq_claim_first(&s->q, 0);
+  if (!n) {
+    if (s->value >= SEM_VALUE_MAX) {
+      iof__lk_unlock(&s->lk);
+      return fail(EOVERFLOW);
+    }
+    s->value++;
+  }
+  iof__lk_unlock(&s->lk);
+  if (n) iof__cwait_wake(n->w);
+  return 0;
+}
+
+int iof_compat_sem_getvalue(sem_t *ps, int *value) {
+  if (!ps || !value) return fail(EINVAL);
+  csem *s = CS(ps);
+  iof__lk_lock(&s->lk);
+  *value = (int)s->value;
+  iof__lk_unlock(&s->lk);
+  return 0;
+}

@@ -1,0 +1,814 @@
+/* compat's pthread and semaphore shims: mutex, cond, rwlock, barrier,
+ * once, keys and sems under 1,000 fiber threads and shared with real
+ * threads (IOF_TEST_THREADED), POSIX error codes, fiber threads (create,
+ * join, detach, exit, stacks) and iof_main. */
+#include "check_test.h"
+
+#include <iofiber/iofiber.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <limits.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
+
+#define NFIB 1000
+
+static int64_t mono_ns(void) {
+  return (int64_t)iof_test_now_ns();
+}
+
+/* abstime `ms` from now on `clock`. */
+static struct timespec abs_in(clockid_t clock, long ms) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+/* Starts n fiber threads running fn(arg) and joins them all. */
+static void run_threads(int n, void *(*fn)(void *), void *arg) {
+  pthread_t *t = calloc((size_t)n, sizeof *t);
+  CHECK(t != NULL);
+  if (!t) return;
+  for (int i = 0; i < n; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, fn, arg) == 0);
+  for (int i = 0; i < n; i++) CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  free(t);
+}
+
+/* ---- mutex ------------------------------------------------------------ */
+
+static pthread_mutex_t mx = PTHREAD_MUTEX_INITIALIZER;
+static long counter;
+static atomic_int inside;
+
+static void *mutex_worker(void *arg) {
+  int rounds = (int)(intptr_t)arg;
+  for (int i = 0; i < rounds; i++) {
+    CHECK(iof_compat_pthread_mutex_lock(&mx) == 0);
+    CHECK(atomic_fetch_add(&inside, 1) == 0);
+    long c = counter;
+    if (i % 3 == 0) iof_yield(); /* suspend while holding it */
+    counter = c + 1;
+    atomic_fetch_sub(&inside, 1);
+    CHECK(iof_compat_pthread_mutex_unlock(&mx) == 0);
+  }
+  return NULL;
+}
+
+static int mutex_fibers_main(void *arg) {
+  (void)arg;
+  run_threads(NFIB, mutex_worker, (void *)(intptr_t)5);
+  return 0;
+}
+
+static void test_mutex_1000_fibers(void **state) {
+  (void)state;
+  counter = 0;
+  assert_int_equal(iof_main(mutex_fibers_main, NULL), 0);
+  assert_int_equal(counter, NFIB * 5);
+  assert_int_equal(iof_compat_pthread_mutex_destroy(&mx), 0);
+  assert_no_failures();
+}
+
+static void *plain_mutex_worker(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 2000; i++) {
+    CHECK(iof_compat_pthread_mutex_lock(&mx) == 0);
+    CHECK(atomic_fetch_add(&inside, 1) == 0);
+    counter++;
+    atomic_fetch_sub(&inside, 1);
+    CHECK(iof_compat_pthread_mutex_unlock(&mx) == 0);
+  }
+  return NULL;
+}
+
+static int mixed_main(void *arg) {
+  pthread_t *plain = arg; /* real threads, started before */
+  run_threads(200, mutex_worker, (void *)(intptr_t)10);
+  for (int i = 0; i < 3; i++) CHECK(pthread_join(plain[i], NULL) == 0);
+  return 0;
+}
+
+/* IOF_TEST_THREADED: real threads and fiber threads share one mutex. */
+static void test_mutex_mixed_threads(void **state) {
+  (void)state;
+  counter = 0;
+  pthread_t plain[3];
+  /* Outside a fiber the shim is the real pthread_create. */
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(
+        iof_compat_pthread_create(&plain[i], NULL, plain_mutex_worker, NULL),
+        0);
+  for (int i = 0; i < 3; i++) assert_int_equal((uintptr_t)plain[i] & 1, 0);
+  assert_int_equal(iof_main(mixed_main, plain), 0);
+  assert_int_equal(counter, 3 * 2000 + 200 * 10);
+  assert_no_failures();
+}
+
+static pthread_mutex_t rec = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static pthread_mutex_t chk = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+
+static void *unlock_other(void *arg) {
+  pthread_mutex_t *m = arg;
+  CHECK(iof_compat_pthread_mutex_unlock(m) == EPERM);
+  CHECK(iof_compat_pthread_mutex_trylock(m) == EBUSY);
+  struct timespec bad = {0, 2000000000L};
+  CHECK(iof_compat_pthread_mutex_timedlock(m, &bad) == EINVAL);
+  struct timespec ts = abs_in(CLOCK_REALTIME, 30);
+  int64_t t0 = mono_ns();
+  CHECK(iof_compat_pthread_mutex_timedlock(m, &ts) == ETIMEDOUT);
+  CHECK(mono_ns() - t0 >= 25 * 1000000LL);
+  return NULL;
+}
+
+static int mutex_errors_main(void *arg) {
+  (void)arg;
+  pthread_t t;
+  /* errorcheck (static initializer) */
+  CHECK(iof_compat_pthread_mutex_lock(&chk) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&chk) == EDEADLK);
+  CHECK(iof_compat_pthread_mutex_trylock(&chk) == EBUSY);
+  CHECK(iof_compat_pthread_create(&t, NULL, unlock_other, &chk) == 0);
+  CHECK(iof_compat_pthread_join(t, NULL) == 0);
+  CHECK(iof_compat_pthread_mutex_destroy(&chk) == EBUSY);
+  CHECK(iof_compat_pthread_mutex_unlock(&chk) == 0);
+  CHECK(iof_compat_pthread_mutex_unlock(&chk) == EPERM);
+  /* recursive (static initializer) */
+  CHECK(iof_compat_pthread_mutex_lock(&rec) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&rec) == 0);
+  CHECK(iof_compat_pthread_mutex_trylock(&rec) == 0);
+  CHECK(iof_compat_pthread_create(&t, NULL, unlock_other, &rec) == 0);
+  CHECK(iof_compat_pthread_join(t, NULL) == 0);
+  for (int i = 0; i < 3; i++) CHECK(iof_compat_pthread_mutex_unlock(&rec) == 0);
+  CHECK(iof_compat_pthread_mutex_unlock(&rec) == EPERM);
+  CHECK(iof_compat_pthread_mutex_trylock(&rec) == 0);
+  CHECK(iof_compat_pthread_mutex_unlock(&rec) == 0);
+  /* types from an attr */
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+  pthread_mutex_t m;
+  CHECK(iof_compat_pthread_mutex_init(&m, &a) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&m) == EDEADLK);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  CHECK(iof_compat_pthread_mutex_init(&m, &a) == EINVAL);
+  pthread_mutexattr_destroy(&a);
+  /* normal: a relock reports EDEADLK rather than hanging */
+  CHECK(iof_compat_pthread_mutex_init(&m, NULL) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&m) == EDEADLK);
+  CHECK(iof_compat_pthread_mutex_trylock(&m) == EBUSY);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  struct timespec bad = {0, 2000000000L};
+  CHECK(iof_compat_pthread_mutex_timedlock(&m, &bad) == 0); /* free: taken */
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_destroy(&m) == 0);
+  return 0;
+}
+
+static void test_mutex_errors(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(mutex_errors_main, NULL), 0);
+  assert_no_failures();
+}
+
+/* Timed lock from a plain thread while a fiber holds the mutex. */
+static atomic_int held;
+static void *timed_plain(void *arg) {
+  pthread_mutex_t *m = arg;
+  while (!atomic_load(&held)) sched_yield();
+  struct timespec ts = abs_in(CLOCK_REALTIME, 40);
+  int64_t t0 = mono_ns();
+  CHECK(iof_compat_pthread_mutex_timedlock(m, &ts) == ETIMEDOUT);
+  CHECK(mono_ns() - t0 >= 35 * 1000000LL);
+  CHECK(iof_compat_pthread_mutex_lock(m) == 0); /* handed over on unlock */
+  CHECK(iof_compat_pthread_mutex_unlock(m) == 0);
+  return NULL;
+}
+
+static int hold_main(void *arg) {
+  pthread_mutex_t *m = arg;
+  CHECK(iof_compat_pthread_mutex_lock(m) == 0);
+  atomic_store(&held, 1);
+  usleep(150 * 1000); /* blocks this OS thread: the waiter is elsewhere */
+  CHECK(iof_compat_pthread_mutex_unlock(m) == 0);
+  return 0;
+}
+
+static void test_mutex_timed_thread(void **state) {
+  (void)state;
+  static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  atomic_store(&held, 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, timed_plain, &m), 0);
+  assert_int_equal(iof_main(hold_main, &m), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_no_failures();
+}
+
+/* ---- condition variables ---------------------------------------------- */
+
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int ready, woken;
+
+static void *cond_waiter(void *arg) {
+  (void)arg;
+  CHECK(iof_compat_pthread_mutex_lock(&mx) == 0);
+  ready++;
+  while (!woken) CHECK(iof_compat_pthread_cond_wait(&cv, &mx) == 0);
+  woken++;
+  CHECK(iof_compat_pthread_mutex_unlock(&mx) == 0);
+  return NULL;
+}
+
+static int cond_broadcast_main(void *arg) {
+  (void)arg;
+  pthread_t *t = calloc(NFIB, sizeof *t);
+  for (int i = 0; i < NFIB; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, cond_waiter, NULL) == 0);
+  for (;;) {
+    iof_compat_pthread_mutex_lock(&mx);
+    int r = ready;
+    iof_compat_pthread_mutex_unlock(&mx);
+    if (r == NFIB) break;
+    iof_yield();
+  }
+  CHECK(iof_compat_pthread_mutex_lock(&mx) == 0);
+  woken = 1;
+  CHECK(iof_compat_pthread_cond_broadcast(&cv) == 0);
+  CHECK(iof_compat_pthread_mutex_unlock(&mx) == 0);
+  for (int i = 0; i < NFIB; i++)
+    CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  free(t);
+  return woken;
+}
+
+static void test_cond_broadcast_1000(void **state) {
+  (void)state;
+  ready = woken = 0;
+  assert_int_equal(iof_main(cond_broadcast_main, NULL), NFIB + 1);
+  assert_int_equal(iof_compat_pthread_cond_destroy(&cv), 0);
+  assert_no_failures();
+}
+
+/* Producer/consumer with signal, a fiber one side and a real thread the
+ * other, both ways. */
+static int queue_n, produced, consumed;
+#define ITEMS 2000
+
+static void *consumer(void *arg) {
+  (void)arg;
+  for (int i = 0; i < ITEMS; i++) {
+    iof_compat_pthread_mutex_lock(&mx);
+    while (queue_n == 0) CHECK(iof_compat_pthread_cond_wait(&cv, &mx) == 0);
+    queue_n--;
+    consumed++;
+    iof_compat_pthread_cond_signal(&cv);
+    iof_compat_pthread_mutex_unlock(&mx);
+  }
+  return NULL;
+}
+
+static void *producer(void *arg) {
+  (void)arg;
+  for (int i = 0; i < ITEMS; i++) {
+    iof_compat_pthread_mutex_lock(&mx);
+    while (queue_n == 4) CHECK(iof_compat_pthread_cond_wait(&cv, &mx) == 0);
+    queue_n++;
+    produced++;
+    iof_compat_pthread_cond_signal(&cv);
+    iof_compat_pthread_mutex_unlock(&mx);
+  }
+  return NULL;
+}
+
+static int pc_main(void *arg) {
+  void *(*fiber_side)(void *) = arg;
+  fiber_side(NULL);
+  return 0;
+}
+
+static void test_cond_fiber_and_thread(void **state) {
+  (void)state;
+  for (int way = 0; way < 2; way++) {
+    queue_n = produced = consumed = 0;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, way ? producer : consumer, NULL),
+                     0);
+    assert_int_equal(
+        iof_main(pc_main, way ? (void *)consumer : (void *)producer), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(produced, ITEMS);
+    assert_int_equal(consumed, ITEMS);
+  }
+  assert_no_failures();
+}
+
+/* Timed waits on the default clock and on a CLOCK_MONOTONIC condattr,
+ * in a fiber (ctx != NULL) and on a plain thread. */
+static void timedwait_both_clocks(void) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_t mono, real;
+  CHECK(iof_compat_pthread_cond_init(&mono, &ca) == 0);
+  CHECK(iof_compat_pthread_cond_init(&real, NULL) == 0);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  CHECK(iof_compat_pthread_mutex_lock(&m) == 0);
+  struct timespec ts = abs_in(CLOCK_MONOTONIC, 40);
+  int64_t t0 = mono_ns();
+  CHECK(iof_compat_pthread_cond_timedwait(&mono, &m, &ts) == ETIMEDOUT);
+  int64_t el = mono_ns() - t0;
+  CHECK(el >= 35 * 1000000LL && el < 2000 * 1000000LL);
+  ts = abs_in(CLOCK_REALTIME, 40);
+  t0 = mono_ns();
+  CHECK(iof_compat_pthread_cond_timedwait(&real, &m, &ts) == ETIMEDOUT);
+  el = mono_ns() - t0;
+  CHECK(el >= 35 * 1000000LL && el < 2000 * 1000000LL);
+  /* still held after a timeout */
+  CHECK(iof_compat_pthread_mutex_trylock(&m) == EDEADLK ||
+        iof_compat_pthread_mutex_unlock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_trylock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  /* cond_wait without the mutex */
+  CHECK(iof_compat_pthread_cond_wait(&real, &m) == EPERM);
+  struct timespec bad = {0, -1};
+  CHECK(iof_compat_pthread_mutex_lock(&m) == 0);
+  CHECK(iof_compat_pthread_cond_timedwait(&real, &m, &bad) == EINVAL);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+}
+
+static int timedwait_main(void *arg) {
+  (void)arg;
+  timedwait_both_clocks();
+  return 0;
+}
+
+static void test_cond_timedwait_clocks(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(timedwait_main, NULL), 0);
+  timedwait_both_clocks(); /* plain thread */
+  assert_no_failures();
+}
+
+/* ---- rwlock ----------------------------------------------------------- */
+
+static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_int readers_in, max_readers, writers_in;
+static long rw_value;
+
+static void *rw_worker(void *arg) {
+  int id = (int)(intptr_t)arg;
+  for (int i = 0; i < 5; i++) {
+    if ((id + i) % 5 == 0) {
+      CHECK(iof_compat_pthread_rwlock_wrlock(&rw) == 0);
+      CHECK(atomic_fetch_add(&writers_in, 1) == 0);
+      CHECK(atomic_load(&readers_in) == 0);
+      long v = rw_value;
+      iof_yield();
+      rw_value = v + 1;
+      atomic_fetch_sub(&writers_in, 1);
+    } else {
+      CHECK(iof_compat_pthread_rwlock_rdlock(&rw) == 0);
+      int n = atomic_fetch_add(&readers_in, 1) + 1;
+      CHECK(atomic_load(&writers_in) == 0);
+      int m = atomic_load(&max_readers);
+      while (n > m && !atomic_compare_exchange_weak(&max_readers, &m, n))
+        ;
+      iof_yield();
+      atomic_fetch_sub(&readers_in, 1);
+    }
+    CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
+  }
+  return NULL;
+}
+
+static int rw_main(void *arg) {
+  (void)arg;
+  pthread_t *t = calloc(NFIB, sizeof *t);
+  for (int i = 0; i < NFIB; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, rw_worker,
+                                    (void *)(intptr_t)i) == 0);
+  for (int i = 0; i < NFIB; i++)
+    CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  free(t);
+  /* error codes */
+  CHECK(iof_compat_pthread_rwlock_rdlock(&rw) == 0);
+  CHECK(iof_compat_pthread_rwlock_rdlock(&rw) == 0); /* readers re-enter */
+  CHECK(iof_compat_pthread_rwlock_trywrlock(&rw) == EBUSY);
+  struct timespec ts = abs_in(CLOCK_REALTIME, 30);
+  CHECK(iof_compat_pthread_rwlock_timedwrlock(&rw, &ts) == ETIMEDOUT);
+  CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
+  CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
+  CHECK(iof_compat_pthread_rwlock_unlock(&rw) == EPERM);
+  CHECK(iof_compat_pthread_rwlock_wrlock(&rw) == 0);
+  CHECK(iof_compat_pthread_rwlock_wrlock(&rw) == EDEADLK);
+  CHECK(iof_compat_pthread_rwlock_rdlock(&rw) == EDEADLK);
+  CHECK(iof_compat_pthread_rwlock_destroy(&rw) == EBUSY);
+  CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
+  CHECK(iof_compat_pthread_rwlock_destroy(&rw) == 0);
+  return 0;
+}
+
+static void test_rwlock(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(rw_main, NULL), 0);
+  assert_int_equal(rw_value, NFIB); /* one write per worker */
+  assert_true(atomic_load(&max_readers) > 1);
+  assert_no_failures();
+}
+
+/* ---- once ------------------------------------------------------------- */
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static atomic_int once_runs, once_done;
+
+static void once_init(void) {
+  atomic_fetch_add(&once_runs, 1);
+  for (int i = 0; i < 5; i++) iof_yield(); /* others arrive meanwhile */
+  atomic_store(&once_done, 1);
+}
+
+static void *once_caller(void *arg) {
+  (void)arg;
+  CHECK(iof_compat_pthread_once(&once, once_init) == 0);
+  CHECK(atomic_load(&once_done) == 1);
+  return NULL;
+}
+
+static int once_main(void *arg) {
+  (void)arg;
+  run_threads(NFIB, once_caller, NULL);
+  return 0;
+}
+
+static void test_once_1000(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(once_main, NULL), 0);
+  assert_int_equal(atomic_load(&once_runs), 1);
+  assert_int_equal(iof_compat_pthread_once(&once, once_init), 0);
+  assert_int_equal(atomic_load(&once_runs), 1);
+  assert_no_failures();
+}
+
+/* ---- keys ------------------------------------------------------------- */
+
+static pthread_key_t key;
+static atomic_long dtor_sum;
+static atomic_int dtor_calls;
+
+static void key_dtor(void *v) {
+  atomic_fetch_add(&dtor_sum, (long)(intptr_t)v);
+  atomic_fetch_add(&dtor_calls, 1);
+}
+
+static void *key_worker(void *arg) {
+  intptr_t id = (intptr_t)arg;
+  CHECK(iof_compat_pthread_getspecific(key) == NULL);
+  CHECK(iof_compat_pthread_setspecific(key, (void *)(id + 1)) == 0);
+  iof_yield(); /* others set theirs meanwhile */
+  CHECK(iof_compat_pthread_getspecific(key) == (void *)(id + 1));
+  if (id % 2) iof_compat_pthread_exit(NULL); /* destructors run too */
+  return NULL;
+}
+
+static int key_main(void *arg) {
+  (void)arg;
+  CHECK(iof_compat_pthread_key_create(&key, key_dtor) == 0);
+  pthread_t *t = calloc(NFIB, sizeof *t);
+  for (intptr_t i = 0; i < NFIB; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, key_worker, (void *)i) == 0);
+  for (int i = 0; i < NFIB; i++)
+    CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  free(t);
+  /* Destructors ran before each join returned. */
+  CHECK(atomic_load(&dtor_calls) == NFIB);
+  CHECK(iof_compat_pthread_key_delete(key) == 0);
+  CHECK(iof_compat_pthread_key_delete(key) == EINVAL);
+  CHECK(iof_compat_pthread_setspecific(key, (void *)1) == EINVAL);
+  /* More keys than the old 128 limit, values on the highest. */
+  static pthread_key_t many[300];
+  for (int i = 0; i < 300; i++)
+    CHECK(iof_compat_pthread_key_create(&many[i], NULL) == 0);
+  CHECK(iof_compat_pthread_setspecific(many[299], (void *)7) == 0);
+  CHECK(iof_compat_pthread_getspecific(many[299]) == (void *)7);
+  CHECK(iof_compat_pthread_setspecific(many[299], NULL) == 0);
+  for (int i = 0; i < 300; i++)
+    CHECK(iof_compat_pthread_key_delete(many[i]) == 0);
+  return 0;
+}
+
+static void test_keys(void **state) {
+  (void)state;
+  atomic_store(&dtor_sum, 0);
+  atomic_store(&dtor_calls, 0);
+  assert_int_equal(iof_main(key_main, NULL), 0);
+  assert_int_equal(atomic_load(&dtor_sum), (long)NFIB * (NFIB + 1) / 2);
+  assert_no_failures();
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+static void *ret_arg(void *arg) {
+  return arg;
+}
+
+static volatile int exit_now = 1;
+static int deep_exit(int depth, void *v) {
+  if (depth == 0) {
+    if (exit_now) iof_compat_pthread_exit(v);
+    return 0;
+  }
+  return deep_exit(depth - 1, v) + 1;
+}
+
+static void *exits(void *arg) {
+  return (void *)(intptr_t)deep_exit(10, arg); /* not reached */
+}
+
+static atomic_int detached_ran;
+static void *detached_fn(void *arg) {
+  (void)arg;
+  iof_yield();
+  pthread_t me = iof_compat_pthread_self();
+  CHECK(((uintptr_t)me & 1) == 1);
+  CHECK(iof_compat_pthread_detach(me) == EINVAL); /* detached already */
+  atomic_fetch_add(&detached_ran, 1);
+  return NULL;
+}
+
+static void *self_fn(void *arg) {
+  pthread_t *out = arg;
+  *out = iof_compat_pthread_self();
+  CHECK(iof_compat_pthread_join(*out, NULL) == EDEADLK);
+  return NULL;
+}
+
+static void *big_stack(void *arg) {
+  (void)arg;
+  volatile char buf[400 * 1024]; /* far more than the 64 KiB default */
+  for (size_t i = 0; i < sizeof buf; i += 4096) buf[i] = (char)i;
+  return (void *)(uintptr_t)buf[4096];
+}
+
+static int threads_main(void *arg) {
+  (void)arg;
+  pthread_t t, t2;
+  void *r = NULL;
+  CHECK(iof_compat_pthread_create(&t, NULL, ret_arg, (void *)0x1234) == 0);
+  CHECK(iof_compat_pthread_join(t, &r) == 0 && r == (void *)0x1234);
+  CHECK(iof_compat_pthread_create(&t, NULL, exits, (void *)0x55) == 0);
+  CHECK(iof_compat_pthread_join(t, &r) == 0 && r == (void *)0x55);
+  /* detached through the attr and with pthread_detach */
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  CHECK(iof_compat_pthread_create(&t, &a, detached_fn, NULL) == 0);
+  CHECK(iof_compat_pthread_join(t, NULL) == EINVAL);
+  pthread_attr_destroy(&a);
+  CHECK(iof_compat_pthread_create(&t, NULL, ret_arg, NULL) == 0);
+  CHECK(iof_compat_pthread_detach(t) == 0);
+  /* self, equal, join of itself */
+  CHECK(iof_compat_pthread_create(&t, NULL, self_fn, &t2) == 0);
+  CHECK(iof_compat_pthread_join(t, NULL) == 0);
+  CHECK(iof_compat_pthread_equal(t, t2));
+  CHECK(!iof_compat_pthread_equal(t, iof_compat_pthread_self()));
+  /* stack size from the attr */
+  pthread_attr_init(&a);
+  pthread_attr_setstacksize(&a, 1024 * 1024);
+  CHECK(iof_compat_pthread_create(&t, &a, big_stack, NULL) == 0);
+  CHECK(iof_compat_pthread_join(t, &r) == 0 && r == (void *)(uintptr_t)0);
+  pthread_attr_destroy(&a);
+  while (atomic_load(&detached_ran) < 1) iof_yield();
+  return 42;
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  atomic_store(&detached_ran, 0);
+  assert_int_equal(iof_main(threads_main, NULL), 42);
+  assert_no_failures();
+}
+
+/* 10,000 short threads nobody joins or detaches: their stacks all go back
+ * to the pool (only the join records stay, as a real thread's would). */
+static void *short_fn(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+  return NULL;
+}
+
+static int unjoined_main(void *arg) {
+  iof_stack_pool *pool = (iof_stack_pool *)iof_default_frame_allocator();
+  struct iof_stack_pool_stats s0, s1;
+  iof_stack_pool_stats(pool, &s0);
+  atomic_int ran = 0;
+  pthread_t *ids = calloc(10000, sizeof *ids);
+  for (int i = 0; i < 10000; i++) {
+    CHECK(iof_compat_pthread_create(&ids[i], NULL, short_fn, &ran) == 0);
+    if (i % 100 == 99) iof_yield(); /* let them run and end */
+  }
+  while (atomic_load(&ran) < 10000) iof_yield();
+  iof_yield();
+  iof_stack_pool_stats(pool, &s1);
+  size_t *peak = arg;
+  *peak = s1.peak;
+  CHECK(s1.live == s0.live);
+  CHECK(s1.cached <= s0.cached + 300);
+  /* What stayed is the join records: joining them now frees them (and
+   * keeps the leak checker quiet). */
+  for (int i = 0; i < 10000; i++) {
+    void *r = (void *)1;
+    CHECK(iof_compat_pthread_join(ids[i], &r) == 0 && r == NULL);
+  }
+  free(ids);
+  return 0;
+}
+
+static void test_unjoined_threads_free_stacks(void **state) {
+  (void)state;
+  size_t peak = 0;
+  assert_int_equal(iof_main(unjoined_main, &peak), 0);
+  assert_true(peak < 10000); /* never all alive at once */
+  assert_no_failures();
+}
+
+/* pthread_exit in main: the program lives on until the last thread. */
+static atomic_int late_done;
+static void *late(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 50; i++) iof_yield();
+  atomic_store(&late_done, 1);
+  return NULL;
+}
+
+static int exit_main(void *arg) {
+  (void)arg;
+  pthread_t t;
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  CHECK(iof_compat_pthread_create(&t, &a, late, NULL) == 0);
+  pthread_attr_destroy(&a);
+  iof_compat_pthread_exit(NULL);
+}
+
+static void test_main_pthread_exit(void **state) {
+  (void)state;
+  atomic_store(&late_done, 0);
+  assert_int_equal(iof_main(exit_main, NULL), 0);
+  assert_int_equal(atomic_load(&late_done), 1);
+  assert_no_failures();
+}
+
+/* Several io_contexts: new threads are spread over the OS threads. */
+static _Atomic long tids[4];
+static void *where(void *arg) {
+  int i = (int)(intptr_t)arg;
+  iof_yield();
+  atomic_store(&tids[i], (long)syscall(SYS_gettid));
+  return NULL;
+}
+
+static int spread_main(void *arg) {
+  (void)arg;
+  run_threads(4, where, NULL);
+  pthread_t t[4];
+  for (intptr_t i = 0; i < 4; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, where, (void *)i) == 0);
+  for (int i = 0; i < 4; i++) CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  return 7;
+}
+
+static void test_main_threads_option(void **state) {
+  (void)state;
+  iof_main_opts o = {0};
+  o.threads = 2;
+  assert_int_equal(iof_main_ex(spread_main, NULL, &o), 7);
+  int distinct = 1;
+  for (int i = 1; i < 4; i++)
+    if (atomic_load(&tids[i]) != atomic_load(&tids[0])) distinct = 2;
+  assert_int_equal(distinct, 2);
+  assert_int_equal(iof_main(NULL, NULL), -EINVAL);
+  assert_no_failures();
+}
+
+/* ---- semaphores and barriers ------------------------------------------ */
+
+static sem_t sem;
+static void *sem_taker(void *arg) {
+  (void)arg;
+  CHECK(iof_compat_sem_wait(&sem) == 0);
+  return NULL;
+}
+
+static int sem_main(void *arg) {
+  (void)arg;
+  CHECK(iof_compat_sem_init(&sem, 0, 0) == 0);
+  pthread_t *t = calloc(NFIB, sizeof *t);
+  for (int i = 0; i < NFIB; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, sem_taker, NULL) == 0);
+  iof_yield();
+  for (int i = 0; i < NFIB; i++) CHECK(iof_compat_sem_post(&sem) == 0);
+  for (int i = 0; i < NFIB; i++)
+    CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  free(t);
+  int v = -1;
+  CHECK(iof_compat_sem_getvalue(&sem, &v) == 0 && v == 0);
+  errno = 0;
+  CHECK(iof_compat_sem_trywait(&sem) == -1 && errno == EAGAIN);
+  struct timespec ts = abs_in(CLOCK_REALTIME, 30);
+  int64_t t0 = mono_ns();
+  CHECK(iof_compat_sem_timedwait(&sem, &ts) == -1 && errno == ETIMEDOUT);
+  CHECK(mono_ns() - t0 >= 25 * 1000000LL);
+  CHECK(iof_compat_sem_post(&sem) == 0);
+  CHECK(iof_compat_sem_timedwait(&sem, &ts) == 0);
+  CHECK(iof_compat_sem_destroy(&sem) == 0);
+  sem_t s2;
+  CHECK(iof_compat_sem_init(&s2, 1, 0) == -1 && errno == ENOSYS);
+  CHECK(iof_compat_sem_init(&s2, 0, (unsigned)SEM_VALUE_MAX + 1u) == -1 &&
+        errno == EINVAL);
+  return 0;
+}
+
+static void test_sem(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(sem_main, NULL), 0);
+  /* plain thread: timed wait and a post from a fiber to a thread */
+  sem_t s;
+  assert_int_equal(iof_compat_sem_init(&s, 0, 0), 0);
+  struct timespec ts = abs_in(CLOCK_REALTIME, 20);
+  assert_int_equal(iof_compat_sem_timedwait(&s, &ts), -1);
+  assert_int_equal(errno, ETIMEDOUT);
+  assert_no_failures();
+}
+
+static pthread_barrier_t bar;
+static atomic_int serials, passed;
+static void *bar_fn(void *arg) {
+  (void)arg;
+  for (int round = 0; round < 3; round++) {
+    int r = iof_compat_pthread_barrier_wait(&bar);
+    CHECK(r == 0 || r == PTHREAD_BARRIER_SERIAL_THREAD);
+    if (r) atomic_fetch_add(&serials, 1);
+    atomic_fetch_add(&passed, 1);
+  }
+  return NULL;
+}
+
+static int bar_main(void *arg) {
+  (void)arg;
+  CHECK(iof_compat_pthread_barrier_init(&bar, NULL, 100) == 0);
+  run_threads(100, bar_fn, NULL);
+  CHECK(iof_compat_pthread_barrier_destroy(&bar) == 0);
+  CHECK(iof_compat_pthread_barrier_init(&bar, NULL, 0) == EINVAL);
+  return 0;
+}
+
+static void test_barrier(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(bar_main, NULL), 0);
+  assert_int_equal(atomic_load(&serials), 3);
+  assert_int_equal(atomic_load(&passed), 300);
+  assert_no_failures();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_mutex_1000_fibers, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mutex_mixed_threads, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_mutex_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mutex_timed_thread, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cond_broadcast_1000, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_cond_fiber_and_thread, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_cond_timedwait_clocks, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_rwlock, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_once_1000, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unjoined_threads_free_stacks, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_main_pthread_exit, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_main_threads_option, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_sem, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
