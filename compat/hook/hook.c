@@ -36,6 +36,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <iofiber/compat_io.h>
+#include <iofiber/compat_thread.h>
 #include <iofiber/env.h>
 
 /* ---- the table -------------------------------------------------------- */
@@ -121,6 +123,8 @@
   X(OBJ, int, pthread_mutex_trylock, (pthread_mutex_t * m), (m))               \
   X(OBJ, int, pthread_mutex_timedlock,                                         \
     (pthread_mutex_t * m, const struct timespec *t), (m, t))                   \
+  X(OBJ, int, pthread_mutex_clocklock,                                         \
+    (pthread_mutex_t * m, clockid_t k, const struct timespec *t), (m, k, t))   \
   X(OBJ, int, pthread_mutex_unlock, (pthread_mutex_t * m), (m))                \
   X(OBJ, int, pthread_cond_init,                                               \
     (pthread_cond_t * c, const pthread_condattr_t *a), (c, a))                 \
@@ -130,6 +134,15 @@
   X(OBJ, int, pthread_cond_timedwait,                                          \
     (pthread_cond_t * c, pthread_mutex_t * m, const struct timespec *t),       \
     (c, m, t))                                                                 \
+  X(OBJ, int, pthread_cond_clockwait,                                          \
+    (pthread_cond_t * c, pthread_mutex_t * m, clockid_t k,                     \
+     const struct timespec *t),                                                \
+    (c, m, k, t))                                                              \
+  X(OBJ, int, pthread_barrier_init,                                            \
+    (pthread_barrier_t * b, const pthread_barrierattr_t *a, unsigned n),       \
+    (b, a, n))                                                                 \
+  X(OBJ, int, pthread_barrier_destroy, (pthread_barrier_t * b), (b))           \
+  X(OBJ, int, pthread_barrier_wait, (pthread_barrier_t * b), (b))              \
   X(OBJ, int, pthread_cond_signal, (pthread_cond_t * c), (c))                  \
   X(OBJ, int, pthread_cond_broadcast, (pthread_cond_t * c), (c))               \
   X(OBJ, int, pthread_rwlock_init,                                             \
@@ -154,6 +167,8 @@
   X(OBJ, int, sem_wait, (sem_t * s), (s))                                      \
   X(OBJ, int, sem_trywait, (sem_t * s), (s))                                   \
   X(OBJ, int, sem_timedwait, (sem_t * s, const struct timespec *t), (s, t))    \
+  X(OBJ, int, sem_clockwait,                                                   \
+    (sem_t * s, clockid_t k, const struct timespec *t), (s, k, t))             \
   X(OBJ, int, sem_post, (sem_t * s), (s))                                      \
   X(OBJ, int, sem_getvalue, (sem_t * s, int *v), (s, v))                       \
   X(CNT, ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o))  \
