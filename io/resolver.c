@@ -35,6 +35,8 @@ typedef struct request {
  * threads, up to this many per io_context. */
 #define MAX_WORKERS 32
 
+int iof__resolver_max_threads = MAX_WORKERS;
+
 typedef struct resolver {
   iof_service base;
   pthread_mutex_t lock;
@@ -141,7 +143,9 @@ static int arm(iof_wait *w) {
   /* Requests queued but not yet picked up count against the idle ones. */
   int queued = 0;
   for (request *q = rs->head; q; q = q->next) queued++;
-  if (rs->idle <= queued && rs->started < MAX_WORKERS) {
+  int max = iof__resolver_max_threads;
+  if (max < 1 || max > MAX_WORKERS) max = MAX_WORKERS;
+  if (rs->idle <= queued && rs->started < max) {
     if (pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
         0)
       rs->started++;
