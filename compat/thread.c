@@ -12,6 +12,9 @@
 #include <errno.h>
 #include <iofiber/fls.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,6 +23,8 @@ struct iof__cthread {
   void *arg;
   void *ret;
   jmp_buf *exit_to; /* on the fiber's stack while it runs */
+  iof_fiber *fiber; /* while it runs (under lk) */
+  size_t stack;
   void (*on_end)(void *ret);
   atomic_int lk;
   bool done, detached, joining;
@@ -40,9 +45,15 @@ void iof__cthread_set_idle_hook(void (*hook)(void)) {
 static int thread_main(void *p) {
   iof__cthread *t = p;
   jmp_buf jb;
+  iof__lk_lock(&t->lk);
+  t->fiber = iof__sync_fiber();
+  iof__lk_unlock(&t->lk);
   t->exit_to = &jb;
   if (!setjmp(jb)) t->ret = t->fn(t->arg);
   t->exit_to = NULL;
+  iof__lk_lock(&t->lk);
+  t->fiber = NULL;
+  iof__lk_unlock(&t->lk);
   return 0;
 }
 
@@ -83,6 +94,7 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
   t->arg = arg;
   t->on_end = on_end;
   t->detached = detached;
+  t->stack = stack;
   /* The id is published before the thread can run (it may read it). */
   if (out) *out = (pthread_t)((uintptr_t)t | 1);
   iof_launch_opts o = {0};
@@ -220,6 +232,64 @@ void iof_compat_pthread_exit(void *retval) {
         "not start\n",
         stderr);
   abort();
+}
+
+/* ---- calls that take a pthread_t ------------------------------------ */
+
+/* glibc would dereference a fiber thread's id as its own thread
+ * descriptor: these answer for fiber threads and pass real ids on. */
+
+int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_setname_np(thread, name);
+  if (!name) return EINVAL;
+  if (strlen(name) > 15) return ERANGE;
+  iof__lk_lock(&t->lk);
+  if (t->fiber) iof_fiber_set_name(t->fiber, name);
+  iof__lk_unlock(&t->lk);
+  return 0;
+}
+
+int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_getname_np(thread, buf, len);
+  if (!buf) return EINVAL;
+  iof__lk_lock(&t->lk);
+  const char *n = t->fiber ? iof_fiber_name(t->fiber) : "";
+  size_t l = strlen(n);
+  int r = l < len ? 0 : ERANGE;
+  if (!r) memcpy(buf, n, l + 1);
+  iof__lk_unlock(&t->lk);
+  return r;
+}
+
+int iof_compat_pthread_kill(pthread_t thread, int sig) {
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_kill(thread, sig);
+  if (sig < 0 || sig >= NSIG) return EINVAL;
+  if (sig == 0) return 0; /* "does it exist": it is not yet joined */
+  /* A fiber has no signal mask or pending set of its own: the signal goes
+   * to the process (the handler runs on whichever fiber is current). */
+  return kill(getpid(), sig) == 0 ? 0 : errno;
+}
+
+int iof_compat_pthread_cancel(pthread_t thread) {
+  if (!record_of(thread)) return pthread_cancel(thread);
+  return ENOTSUP; /* fiber threads have no cancellation points */
+}
+
+int iof_compat_pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_getattr_np(thread, attr);
+  int r = pthread_attr_init(attr);
+  if (r) return r;
+  iof__lk_lock(&t->lk);
+  bool det = t->detached;
+  iof__lk_unlock(&t->lk);
+  pthread_attr_setdetachstate(attr, det ? PTHREAD_CREATE_DETACHED
+                                        : PTHREAD_CREATE_JOINABLE);
+  pthread_attr_setstacksize(attr, t->stack);
+  return 0;
 }
 
 /* ---- keys ------------------------------------------------------------- */

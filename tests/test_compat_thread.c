@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <limits.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 
 IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
@@ -553,7 +554,24 @@ static void *detached_fn(void *arg) {
 static void *self_fn(void *arg) {
   pthread_t *out = arg;
   *out = iof_compat_pthread_self();
-  CHECK(iof_compat_pthread_join(*out, NULL) == EDEADLK);
+  pthread_t me = *out;
+  CHECK(iof_compat_pthread_join(me, NULL) == EDEADLK);
+  /* calls glibc would crash on with a fiber id */
+  char name[16] = "x";
+  CHECK(iof_compat_pthread_setname_np(me, "conn-42") == 0);
+  CHECK(iof_compat_pthread_getname_np(me, name, sizeof name) == 0);
+  CHECK(strcmp(name, "conn-42") == 0);
+  CHECK(iof_compat_pthread_setname_np(me, "a-name-too-long-x") == ERANGE);
+  CHECK(iof_compat_pthread_kill(me, 0) == 0);
+  CHECK(iof_compat_pthread_cancel(me) == ENOTSUP);
+  pthread_attr_t a;
+  size_t sz = 0;
+  int det = -1;
+  CHECK(iof_compat_pthread_getattr_np(me, &a) == 0);
+  pthread_attr_getstacksize(&a, &sz);
+  pthread_attr_getdetachstate(&a, &det);
+  CHECK(sz == IOF_FIBER_STACK_DEFAULT && det == PTHREAD_CREATE_JOINABLE);
+  pthread_attr_destroy(&a);
   return NULL;
 }
 
@@ -705,6 +723,100 @@ static void test_main_threads_option(void **state) {
   assert_no_failures();
 }
 
+/* exit() inside the fiber main is a normal exit; returning from it ends
+ * the program even while a detached thread still waits; IOF_THREADS. */
+static sem_t never;
+static void *blocked_forever(void *arg) {
+  (void)arg;
+  iof_compat_sem_wait(&never);
+  return NULL;
+}
+
+#ifdef __SANITIZE_ADDRESS__
+/* The leak check at exit would count the running program's live objects
+ * (as it would for any exit from main with threads about): atexit
+ * handlers run before it, so end there, with the same status. */
+static void end_before_leak_check(void) {
+  _exit(3);
+}
+#endif
+
+static int exits_main(void *arg) {
+  (void)arg;
+#ifdef __SANITIZE_ADDRESS__
+  atexit(end_before_leak_check);
+#endif
+  fflush(NULL);
+  exit(3);
+}
+
+static int leaves_thread_main(void *arg) {
+  (void)arg;
+  iof_compat_sem_init(&never, 0, 0);
+  pthread_t t;
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  CHECK(iof_compat_pthread_create(&t, &a, blocked_forever, NULL) == 0);
+  pthread_attr_destroy(&a);
+  iof_yield();
+  return 5;
+}
+
+static int env_threads_main(void *arg) {
+  (void)arg;
+  pthread_t t[4];
+  for (intptr_t i = 0; i < 4; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, where, (void *)i) == 0);
+  for (int i = 0; i < 4; i++) CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  int distinct = 0;
+  for (int i = 1; i < 4; i++)
+    distinct |= atomic_load(&tids[i]) != atomic_load(&tids[0]);
+  return distinct ? 9 : 8;
+}
+
+/* Runs a scenario under iof_main in a fresh process (this program run
+ * again with --child NAME: a plain fork of a threaded process may not
+ * start threads under TSan); its exit status, -1 if killed. */
+static const struct {
+  const char *name;
+  iof_fn fn;
+} scenarios[] = {{"exits", exits_main},
+                 {"leaves_thread", leaves_thread_main},
+                 {"env_threads", env_threads_main}};
+
+static int child_main(const char *name) {
+  for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+    if (!strcmp(scenarios[i].name, name)) {
+      int r = iof_main(scenarios[i].fn, NULL);
+      fflush(NULL);
+      _exit(r < 0 ? 100 : r);
+    }
+  return 101;
+}
+
+static int child_status(const char *name, const char *threads_env) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (threads_env) setenv("IOF_THREADS", threads_env, 1);
+    execl("/proc/self/exe", "test_compat_thread", "--child", name,
+          (char *)NULL);
+    _exit(102);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_main_exit_paths(void **state) {
+  (void)state;
+  assert_int_equal(child_status("exits", NULL), 3);
+  assert_int_equal(child_status("leaves_thread", NULL), 5);
+  assert_int_equal(child_status("env_threads", "2"), 9);
+  assert_int_equal(child_status("env_threads", "1"), 8);
+}
+
 /* ---- semaphores and barriers ------------------------------------------ */
 
 static sem_t sem;
@@ -785,7 +897,8 @@ static void test_barrier(void **state) {
   assert_no_failures();
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--child")) return child_main(argv[2]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_mutex_1000_fibers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mutex_mixed_threads, setup,
@@ -807,6 +920,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_main_pthread_exit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_main_threads_option, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_main_exit_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sem, setup, teardown),
       cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
   };

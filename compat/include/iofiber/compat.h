@@ -96,6 +96,11 @@
 #define pthread_equal iof_compat_pthread_equal
 #define pthread_exit iof_compat_pthread_exit
 #define pthread_once iof_compat_pthread_once
+#define pthread_setname_np iof_compat_pthread_setname_np
+#define pthread_getname_np iof_compat_pthread_getname_np
+#define pthread_getattr_np iof_compat_pthread_getattr_np
+#define pthread_kill iof_compat_pthread_kill
+#define pthread_cancel iof_compat_pthread_cancel
 #define pthread_mutex_init iof_compat_pthread_mutex_init
 #define pthread_mutex_destroy iof_compat_pthread_mutex_destroy
 #define pthread_mutex_lock iof_compat_pthread_mutex_lock

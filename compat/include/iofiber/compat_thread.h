@@ -70,6 +70,21 @@ IOF_API int iof_compat_pthread_equal(pthread_t a, pthread_t b);
  * not a fiber thread it reports the misuse on stderr and aborts. */
 IOF_API void iof_compat_pthread_exit(void *retval) __attribute__((noreturn));
 
+#ifdef IOF__COMPAT_GNU
+/* Calls that take a thread id: for a fiber thread, setname/getname act on
+ * the fiber's name (15 characters max: ERANGE), kill with 0 checks it
+ * exists and otherwise signals the process, cancel gives ENOTSUP (no
+ * cancellation for fiber threads), getattr reports its stack size and
+ * detach state. Real thread ids go to the real calls. */
+IOF_API int iof_compat_pthread_setname_np(pthread_t thread, const char *name);
+IOF_API int iof_compat_pthread_getname_np(pthread_t thread, char *buf,
+                                          size_t len);
+IOF_API int iof_compat_pthread_getattr_np(pthread_t thread,
+                                          pthread_attr_t *attr);
+#endif
+IOF_API int iof_compat_pthread_kill(pthread_t thread, int sig);
+IOF_API int iof_compat_pthread_cancel(pthread_t thread);
+
 /* Runs init exactly once; concurrent callers (fibers or threads) wait
  * until it has returned. 0; EINVAL on NULL. */
 IOF_API int iof_compat_pthread_once(pthread_once_t *once, void (*init)(void));
