@@ -46,12 +46,12 @@
  * kind: IO (compat from fibers), OBJ (compat always), CNT (no compat shim:
  * counted, always libc). Variadic and void calls are written by hand. */
 #define HOOK_CALLS(X)                                                          \
-  X(IO, int, socket, (int d, int t, int p), (d, t, p))                         \
-  X(IO, int, socketpair, (int d, int t, int p, int sv[2]), (d, t, p, sv))      \
-  X(IO, int, pipe, (int fds[2]), (fds))                                        \
-  X(IO, int, pipe2, (int fds[2], int fl), (fds, fl))                           \
-  X(IO, int, accept, (int fd, struct sockaddr *a, socklen_t *l), (fd, a, l))   \
-  X(IO, int, accept4, (int fd, struct sockaddr *a, socklen_t *l, int fl),      \
+  X(FD, int, socket, (int d, int t, int p), (d, t, p))                         \
+  X(FD, int, socketpair, (int d, int t, int p, int sv[2]), (d, t, p, sv))      \
+  X(FD, int, pipe, (int fds[2]), (fds))                                        \
+  X(FD, int, pipe2, (int fds[2], int fl), (fds, fl))                           \
+  X(FD, int, accept, (int fd, struct sockaddr *a, socklen_t *l), (fd, a, l))   \
+  X(FD, int, accept4, (int fd, struct sockaddr *a, socklen_t *l, int fl),      \
     (fd, a, l, fl))                                                            \
   X(IO, int, connect, (int fd, const struct sockaddr *a, socklen_t l),         \
     (fd, a, l))                                                                \
@@ -96,11 +96,11 @@
   X(IO, int, clock_nanosleep,                                                  \
     (clockid_t c, int fl, const struct timespec *r, struct timespec *m),       \
     (c, fl, r, m))                                                             \
-  X(IO, int, close, (int fd), (fd))                                            \
-  X(IO, int, dup, (int fd), (fd))                                              \
-  X(IO, int, dup2, (int a, int b), (a, b))                                     \
-  X(IO, int, dup3, (int a, int b, int fl), (a, b, fl))                         \
-  X(IO, int, setsockopt, (int fd, int lv, int nm, const void *v, socklen_t l), \
+  X(FD, int, close, (int fd), (fd))                                            \
+  X(FD, int, dup, (int fd), (fd))                                              \
+  X(FD, int, dup2, (int a, int b), (a, b))                                     \
+  X(FD, int, dup3, (int a, int b, int fl), (a, b, fl))                         \
+  X(FD, int, setsockopt, (int fd, int lv, int nm, const void *v, socklen_t l), \
     (fd, lv, nm, v, l))                                                        \
   X(IO, int, getsockopt, (int fd, int lv, int nm, void *v, socklen_t *l),      \
     (fd, lv, nm, v, l))                                                        \
@@ -226,6 +226,7 @@ static const char *const names[H_COUNT] = {
 #define WEAK_IO(ret, name, params) ret iof_compat_##name params IOF_HOOK_WEAK;
 #define WEAK(kind, ret, name, params, args) WEAK_##kind(ret, name, params)
 #define WEAK_OBJ WEAK_IO
+#define WEAK_FD WEAK_IO
 #define WEAK_CNT(ret, name, params)
 HOOK_CALLS(WEAK)
 #undef WEAK
@@ -264,6 +265,13 @@ static __thread int in_handler __attribute__((tls_model("initial-exec")));
 bool iof__hook_in_fiber(void) {
   return !stepped_aside && !in_handler && iof_env_current() != NULL;
 }
+
+/* Set by our constructor, which runs after libiofiber's (we depend on it):
+ * from then on compat's tables are usable from any thread. */
+static bool runtime_ready;
+
+#define fd_bookkeeping_of(name)                                                \
+  (iof_compat_##name && runtime_ready && !stepped_aside && !in_handler)
 
 /* ---- libc's own entry points ------------------------------------------ */
 
@@ -310,6 +318,20 @@ static void *real_sym(int call) {
     return REAL(name) args;                                                    \
   }
 
+/* FD: fd bookkeeping (a new fd's record, close/dup waking waiters, the
+ * user's O_NONBLOCK and timeouts) must see every caller, fiber or not, or a
+ * reused fd number would meet a stale record. Plain only before the
+ * runtime's constructor ran, in handlers and in a stepped-aside child. */
+#define DEF_FD(ret, name, params, args)                                        \
+  IOF_HOOK_API ret name params {                                               \
+    if (fd_bookkeeping_of(name)) {                                             \
+      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    return REAL(name) args;                                                    \
+  }
+
 /* CNT: no fiber version; a fiber calling it blocks its thread. */
 #define DEF_CNT(ret, name, params, args)                                       \
   IOF_HOOK_API ret name params {                                               \
@@ -330,15 +352,11 @@ IOF_HOOK_API int fcntl(int fd, int cmd, ...) {
   va_start(ap, cmd);
   uintptr_t arg = va_arg(ap, uintptr_t);
   va_end(ap);
-  if (iof__hook_in_fiber()) {
-    if (iof_compat_fcntl) {
-      count(H_fcntl, C_FIBER);
-      return iof_compat_fcntl(fd, cmd, arg);
-    }
-    count(H_fcntl, C_BLOCKED);
-  } else {
-    count(H_fcntl, C_PLAIN);
+  if (fd_bookkeeping_of(fcntl)) {
+    count(H_fcntl, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+    return iof_compat_fcntl(fd, cmd, arg);
   }
+  count(H_fcntl, C_PLAIN);
   return REAL(fcntl)(fd, cmd, arg);
 }
 
@@ -356,15 +374,11 @@ IOF_HOOK_API int ioctl(int fd, unsigned long req, ...) {
   va_start(ap, req);
   uintptr_t arg = va_arg(ap, uintptr_t);
   va_end(ap);
-  if (iof__hook_in_fiber()) {
-    if (iof_compat_ioctl) {
-      count(H_ioctl, C_FIBER);
-      return iof_compat_ioctl(fd, req, arg);
-    }
-    count(H_ioctl, C_BLOCKED);
-  } else {
-    count(H_ioctl, C_PLAIN);
+  if (fd_bookkeeping_of(ioctl)) {
+    count(H_ioctl, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+    return iof_compat_ioctl(fd, req, arg);
   }
+  count(H_ioctl, C_PLAIN);
   return REAL(ioctl)(fd, req, arg);
 }
 
@@ -627,4 +641,5 @@ __attribute__((constructor)) static void hook_init(void) {
   /* Resolve every pass-through now: a handler's first write must not be
    * the one that calls dlsym (not async-signal-safe). */
   for (int i = 0; i < H_COUNT; i++) (void)real_sym(i);
+  runtime_ready = true;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -185,6 +186,43 @@ static void test_getaddrinfo_100(void **state) {
                    in_fiber + blocked + 100);
 }
 
+/* ---- close from a plain thread wakes a fiber's read -------------------- */
+
+typedef struct close_case {
+  int sv[2];
+  ssize_t got;
+  int err;
+} close_case;
+
+static int blocked_reader(void *arg) {
+  close_case *c = arg;
+  char b;
+  c->got = read(c->sv[0], &b, 1);
+  c->err = errno;
+  return 0;
+}
+
+static void *closer(void *arg) {
+  close_case *c = arg;
+  usleep(50 * 1000); /* a plain thread: really sleeps */
+  close(c->sv[0]);
+  return NULL;
+}
+
+static void test_close_from_thread_wakes_fiber(void **state) {
+  (void)state;
+  close_case c = {.got = -2};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.sv), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, closer, &c), 0);
+  assert_int_equal(hook_run_fibers(1, blocked_reader, &c), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  /* The close went to the fiber layer although no fiber made it. */
+  assert_int_equal(c.got, -1);
+  assert_int_equal(c.err, EBADF);
+  close(c.sv[1]);
+}
+
 IOF_TEST_WATCHDOG(setup, teardown, 20)
 
 int main(void) {
@@ -194,6 +232,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_fork_then_exec, setup, teardown),
       cmocka_unit_test_setup_teardown(test_getaddrinfo_100, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_close_from_thread_wakes_fiber, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
