@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <iofiber/launch.h>
+
 #define CHUNK_BITS 10
 #define CHUNK_SIZE (1 << CHUNK_BITS)
 #define CHUNKS 4096 /* 4M fd numbers */
@@ -71,8 +73,11 @@ unsigned iof__fd_learn(int fd, iof__fd_slot *s) {
     /* Files and block devices are always "ready" to epoll's mind (it
      * refuses them); a terminal's O_NONBLOCK would be shared with the
      * shell that owns it. Those block their thread, as documented. */
+    /* Likewise a pipe on stdin/stdout/stderr: its other users (the
+     * processes of a pipeline, make's jobs) would see O_NONBLOCK too. */
     if (S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode) ||
-        (S_ISCHR(sb.st_mode) && isatty(fd))) {
+        (S_ISCHR(sb.st_mode) && isatty(fd)) ||
+        (fd <= 2 && S_ISFIFO(sb.st_mode))) {
       st |= IOF__FD_PASS;
     } else if (iof__libc.fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0) {
       st |= IOF__FD_RT_NB;
@@ -89,20 +94,51 @@ unsigned iof__fd_learn(int fd, iof__fd_slot *s) {
   return st;
 }
 
+/* Whether a cancelled waiter must be seen leaving before the fd closes:
+ * its io thread may still have the fd in its epoll set, and closing under
+ * it would race with libev's epoll_ctl. Not when the io_context is not
+ * being run (nothing touches the fd) or when this very thread runs it
+ * outside a fiber (the waiter could never leave while we wait). */
+static bool must_see_leave(const iof__fd_waiter *w, bool in_fiber) {
+  iof_io_context *io = w->fw.w.io;
+  if (!atomic_load_explicit(&io->running, memory_order_acquire)) return false;
+  return in_fiber || !iof__thread_runs(&io->ctx);
+}
+
+static bool leaving(iof__fd_slot *s, unsigned gen, bool in_fiber) {
+  for (iof__fd_waiter *w = s->waiters; w; w = w->next)
+    if (w->gen == gen && must_see_leave(w, in_fiber)) return true;
+  return false;
+}
+
 void iof__fd_reset(int fd, unsigned flags) {
   iof__fd_slot *s = flags ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
   if (!s) return;
+  bool in_fiber = iof__sync_fiber() != NULL;
   slot_lock(s);
-  atomic_fetch_add_explicit(&s->gen, 1, memory_order_acq_rel);
-  for (iof__fd_waiter *w = s->waiters; w; w = w->next) {
-    w->linked = false;
-    iof__fd_wait_cancel(&w->fw, -EBADF);
-  }
-  s->waiters = NULL;
+  unsigned gen = atomic_fetch_add_explicit(&s->gen, 1, memory_order_acq_rel);
+  /* The waiters unlink themselves when they disarm (on their io thread). */
+  for (iof__fd_waiter *w = s->waiters; w; w = w->next)
+    if (w->gen == gen) iof__fd_wait_cancel(&w->fw, -EBADF);
   atomic_store_explicit(&s->rcv_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&s->snd_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&s->flags, flags, memory_order_release);
+  bool wait = leaving(s, gen, in_fiber);
   slot_unlock(s);
+  if (!wait) return;
+  int saved = errno;
+  for (;;) {
+    if (in_fiber) {
+      if (iof_yield() < 0) in_fiber = false; /* shutting down: spin */
+    } else {
+      iof__libc.sched_yield();
+    }
+    slot_lock(s);
+    wait = leaving(s, gen, in_fiber);
+    slot_unlock(s);
+    if (!wait) break;
+  }
+  errno = saved;
 }
 
 iof_io_context *iof__compat_io(iof_fiber *f) {

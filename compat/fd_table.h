@@ -64,7 +64,8 @@ IOF_HIDDEN unsigned iof__fd_learn(int fd, iof__fd_slot *s);
 
 /* The number now names something else (or nothing): bumps the generation,
  * wakes the waiters with EBADF, forgets flags and timeouts, then sets
- * `flags`. */
+ * `flags`. Returns once the woken waiters have left the fd (a fiber
+ * caller yields meanwhile), so that the fd can be closed under no one. */
 IOF_HIDDEN void iof__fd_reset(int fd, unsigned flags);
 
 /* One blocking call's view of its fd. */

@@ -137,9 +137,18 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
   }
 }
 
+/* poll(NULL, 0, ms) and select(0, ..., &tv) are sleeps. */
+static int sleep_to(int64_t deadline) {
+  int saved = errno;
+  int r = iof_sleep_until(deadline);
+  errno = r < 0 ? -r : saved;
+  return r < 0 ? -1 : 0;
+}
+
 int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms) {
   if (timeout_ms == 0 || !iof__sync_fiber())
     return iof__libc.poll(fds, n, timeout_ms);
+  if (n == 0 && timeout_ms > 0) return sleep_to(deadline_ms(timeout_ms));
   return poll_fiber(fds, n, deadline_ms(timeout_ms), NULL);
 }
 
@@ -208,7 +217,9 @@ int iof_compat_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     ts.tv_nsec = timeout->tv_usec * 1000;
   }
   int64_t deadline = deadline_ts(timeout ? &ts : NULL);
-  int r = select_fiber(nfds, rd, wr, ex, deadline, NULL);
+  int r = nfds == 0 && deadline >= 0
+              ? sleep_to(deadline)
+              : select_fiber(nfds, rd, wr, ex, deadline, NULL);
   if (timeout && deadline >= 0) { /* Linux reports the time left */
     int e = errno;
     int64_t left = deadline - iof__now_ns();

@@ -247,6 +247,56 @@ static void test_file(void **s) {
   both_ways(sc_file, NULL);
 }
 
+/* accept on a user-non-blocking listener, the dup family, SO_SNDTIMEO on
+ * a full socket. */
+static int sc_accept_dup_sndtimeo(void *arg) {
+  (void)arg;
+  int l = iof_compat_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  struct sockaddr_in a = loopback(0);
+  CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0);
+  CHECK(listen(l, 4) == 0);
+  errno = 0;
+  CHECK(iof_compat_accept(l, NULL, NULL) == -1 && errno == EAGAIN);
+  errno = 0;
+  CHECK(iof_compat_accept4(l, NULL, NULL, SOCK_CLOEXEC) == -1 &&
+        errno == EAGAIN);
+  iof_compat_close(l);
+  int sv[2];
+  CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  int d = iof_compat_dup(sv[0]);
+  CHECK(d >= 0 && (iof_compat_fcntl(d, F_GETFL) & O_NONBLOCK) == 0);
+  int d2 = iof_compat_fcntl(sv[0], F_DUPFD_CLOEXEC, 100);
+  CHECK(d2 >= 100 && (iof_compat_fcntl(d2, F_GETFD) & FD_CLOEXEC));
+  CHECK(iof_compat_dup2(sv[1], d2) == d2);
+  CHECK(iof_compat_dup3(sv[1], d, O_CLOEXEC) == d);
+  errno = 0;
+  CHECK(iof_compat_dup3(d, d, 0) == -1 && errno == EINVAL);
+  CHECK(iof_compat_write(d, "dup", 3) == 3); /* d is sv[1] now */
+  char b[8];
+  CHECK(iof_compat_read(sv[0], b, sizeof b) == 3 && !memcmp(b, "dup", 3));
+  CHECK(iof_compat_close(d) == 0 && iof_compat_close(d2) == 0);
+  /* Fill sv[0]'s send side, then a blocking send times out. */
+  struct timeval tv = {0, 50 * 1000};
+  CHECK(iof_compat_setsockopt(sv[0], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) ==
+        0);
+  static char big[4096];
+  while (iof_compat_send(sv[0], big, sizeof big, MSG_DONTWAIT) > 0) {
+  }
+  uint64_t t0 = iof_test_now_ns();
+  errno = 0;
+  CHECK(iof_compat_send(sv[0], big, sizeof big, 0) == -1 && errno == EAGAIN);
+  int64_t ms = ms_since(t0);
+  CHECK(ms >= 40 && ms < 5000);
+  iof_compat_close(sv[0]);
+  iof_compat_close(sv[1]);
+  return 0;
+}
+
+static void test_accept_dup_sndtimeo(void **s) {
+  (void)s;
+  both_ways(sc_accept_dup_sndtimeo, NULL);
+}
+
 /* ---- only fibers ----------------------------------------------------------
  */
 
@@ -286,6 +336,12 @@ static int writer(void *arg) {
   return 0;
 }
 
+static void *late_writer(void *arg) {
+  sleep_ms(30);
+  if (write(*(int *)arg, "yz", 2) != 2) abort();
+  return NULL;
+}
+
 /* A fiber in read() on a pipe made before the runtime, while other fibers
  * of the same thread keep running: only the fiber waits; errno survives
  * the suspension. */
@@ -306,11 +362,17 @@ static void test_read_blocks_only_fiber(void **s) {
   assert_int_equal(r.got, 1);
   assert_int_equal(r.err, 4242);
   assert_true(r.ticks_before_data >= 10);
-  /* The plain thread view is unchanged: a blocking fd. */
+  /* The plain thread view is unchanged: a blocking fd, whose read waits
+   * for data from another thread instead of failing with EAGAIN. */
   assert_int_equal(iof_compat_fcntl(p[0], F_GETFL) & O_NONBLOCK, 0);
-  assert_int_equal(iof_compat_write(p[1], "yz", 2), 2);
+  assert_true(fcntl(p[0], F_GETFL) & O_NONBLOCK); /* the runtime's */
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, late_writer, &p[1]), 0);
   char b[4];
+  uint64_t t0 = iof_test_now_ns();
   assert_int_equal(iof_compat_read(p[0], b, sizeof b), 2);
+  assert_true(ms_since(t0) >= 20);
+  assert_int_equal(pthread_join(t, NULL), 0);
   iof_compat_close(p[0]);
   iof_compat_close(p[1]);
 }
@@ -566,6 +628,7 @@ int main(void) {
       T(test_tcp),
       T(test_rcvtimeo),
       T(test_file),
+      T(test_accept_dup_sndtimeo),
       T(test_read_blocks_only_fiber),
       T(test_close_while_waiting),
       T(test_dup2_while_waiting),

@@ -75,8 +75,15 @@ static int sc_timeouts(void *arg) {
   CHECK(iof_compat_select(-1, NULL, NULL, NULL, &tv) == -1 && errno == EINVAL);
   errno = 0;
   CHECK(iof_compat_epoll_wait(p[0], &e, 1, 10) == -1 && errno == EINVAL);
-  struct pollfd nv = {1000000, POLLIN, 0};
-  (void)nv;
+  /* The sleep idioms. */
+  t0 = iof_test_now_ns();
+  CHECK(iof_compat_poll(NULL, 0, 30) == 0);
+  CHECK(ms_since(t0) >= 25);
+  tv.tv_sec = 0;
+  tv.tv_usec = 30 * 1000;
+  t0 = iof_test_now_ns();
+  CHECK(iof_compat_select(0, NULL, NULL, NULL, &tv) == 0);
+  CHECK(ms_since(t0) >= 25);
   iof_compat_close(ep);
   iof_compat_close(p[0]);
   iof_compat_close(p[1]);

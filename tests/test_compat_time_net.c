@@ -3,7 +3,9 @@
  * while others run; clock_nanosleep with TIMER_ABSTIME on both clocks;
  * getaddrinfo / gethostbyname(_r) in fibers; 100 fibers resolving at once
  * on one io_context; a stopped chain ending a blocked read with
- * ECANCELED. */
+ * ECANCELED.
+ *
+ * IOF_TEST_THREADED */
 #include "compat_io_test.h"
 
 #include "io/resolver_internal.h"
