@@ -25,13 +25,21 @@ static bool futex_wait(atomic_int *a, int val, const struct timespec *abs) {
   return !(r < 0 && errno == ETIMEDOUT);
 }
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
 void iof__lk_lock(atomic_int *l) {
   int c = 0;
   if (atomic_compare_exchange_strong_explicit(l, &c, 1, memory_order_acquire,
                                               memory_order_relaxed))
     return;
   for (int i = 0; i < 64; i++) {
-    __builtin_ia32_pause();
+    cpu_relax();
     c = 0;
     if (atomic_load_explicit(l, memory_order_relaxed) == 0 &&
         atomic_compare_exchange_weak_explicit(l, &c, 1, memory_order_acquire,

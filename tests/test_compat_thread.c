@@ -521,6 +521,77 @@ static void test_keys(void **state) {
   assert_no_failures();
 }
 
+/* rwlock, once and keys shared by real threads and fiber threads at once
+ * (IOF_TEST_THREADED). */
+static pthread_rwlock_t mrw = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_once_t monce = PTHREAD_ONCE_INIT;
+static atomic_int monce_runs, mwriters, mreaders;
+static long mvalue;
+static pthread_key_t mkey;
+static atomic_int mkey_dtors;
+
+static void monce_init(void) {
+  atomic_fetch_add(&monce_runs, 1);
+  usleep(20 * 1000); /* others (fibers and threads) pile up meanwhile */
+}
+
+static void mkey_dtor(void *v) {
+  (void)v;
+  atomic_fetch_add(&mkey_dtors, 1);
+}
+
+static void *mixed_worker(void *arg) {
+  intptr_t id = (intptr_t)arg;
+  CHECK(iof_compat_pthread_once(&monce, monce_init) == 0);
+  CHECK(atomic_load(&monce_runs) == 1);
+  CHECK(iof_compat_pthread_setspecific(mkey, (void *)(id + 1)) == 0);
+  for (int i = 0; i < 200; i++) {
+    if (i % 4 == 0) {
+      CHECK(iof_compat_pthread_rwlock_wrlock(&mrw) == 0);
+      CHECK(atomic_fetch_add(&mwriters, 1) == 0);
+      CHECK(atomic_load(&mreaders) == 0);
+      mvalue++;
+      atomic_fetch_sub(&mwriters, 1);
+    } else {
+      CHECK(iof_compat_pthread_rwlock_rdlock(&mrw) == 0);
+      atomic_fetch_add(&mreaders, 1);
+      CHECK(atomic_load(&mwriters) == 0);
+      atomic_fetch_sub(&mreaders, 1);
+    }
+    CHECK(iof_compat_pthread_rwlock_unlock(&mrw) == 0);
+    if (iof_compat_pthread_self() & 1) iof_yield();
+    CHECK(iof_compat_pthread_getspecific(mkey) == (void *)(id + 1));
+  }
+  return NULL;
+}
+
+static int mixed_sync_main(void *arg) {
+  pthread_t *plain = arg;
+  pthread_t t[100];
+  for (intptr_t i = 0; i < 100; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, mixed_worker,
+                                    (void *)(i + 10)) == 0);
+  for (int i = 0; i < 100; i++) CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  for (int i = 0; i < 3; i++) CHECK(pthread_join(plain[i], NULL) == 0);
+  return 0;
+}
+
+static void test_rwlock_once_keys_mixed(void **state) {
+  (void)state;
+  assert_int_equal(iof_compat_pthread_key_create(&mkey, mkey_dtor), 0);
+  pthread_t plain[3];
+  for (intptr_t i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&plain[i], NULL, mixed_worker, (void *)i),
+                     0);
+  assert_int_equal(iof_main(mixed_sync_main, plain), 0);
+  assert_int_equal(atomic_load(&monce_runs), 1);
+  assert_int_equal(mvalue, 103 * 50);
+  /* every fiber thread and every real thread ran its destructor */
+  assert_int_equal(atomic_load(&mkey_dtors), 103);
+  assert_int_equal(iof_compat_pthread_key_delete(mkey), 0);
+  assert_no_failures();
+}
+
 /* ---- threads ---------------------------------------------------------- */
 
 static void *ret_arg(void *arg) {
@@ -913,6 +984,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_rwlock, setup, teardown),
       cmocka_unit_test_setup_teardown(test_once_1000, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rwlock_once_keys_mixed, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unjoined_threads_free_stacks, setup,
