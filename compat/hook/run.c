@@ -6,12 +6,15 @@
  * is looked up in IOF_HOOK_LIB, then next to this executable (build tree),
  * then in the install tree's library directory relative to it. */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef IOF_RUN_LIBDIR_REL
@@ -58,6 +61,62 @@ static bool find_hook(char *out, size_t cap) {
     if (access(out, R_OK) == 0) return true;
   }
   return false;
+}
+
+/* PROGRAM's path as execvp would find it; false if not found. */
+static bool resolve(const char *prog, char *out, size_t cap) {
+  if (strchr(prog, '/'))
+    return (size_t)snprintf(out, cap, "%s", prog) < cap &&
+           access(out, X_OK) == 0;
+  const char *path = getenv("PATH");
+  if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+  for (const char *p = path; *p;) {
+    size_t n = strcspn(p, ":");
+    if ((size_t)snprintf(out, cap, "%.*s%s%s", (int)n, p, n ? "/" : "", prog) <
+            cap &&
+        access(out, X_OK) == 0)
+      return true;
+    p += n;
+    if (*p) p++;
+  }
+  return false;
+}
+
+/* Warns when the hook cannot act: a static executable (no PT_INTERP: no
+ * dynamic loader, nothing interposed) or a setuid/setgid one (the loader
+ * ignores LD_PRELOAD paths for it). The program still runs, plain. */
+static void warn_if_plain(const char *prog) {
+  char path[PATH_MAX];
+  if (!resolve(prog, path, sizeof path)) return;
+  struct stat st;
+  if (stat(path, &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID)) &&
+      (st.st_uid != getuid() || st.st_gid != getgid()))
+    fprintf(stderr,
+            "iofiber-run: %s is setuid/setgid: it runs without the "
+            "hook\n",
+            prog);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  Elf64_Ehdr eh;
+  if (pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh &&
+      !memcmp(eh.e_ident, ELFMAG, SELFMAG) &&
+      eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+      eh.e_phentsize == sizeof(Elf64_Phdr)) {
+    bool interp = false;
+    for (unsigned i = 0; i < eh.e_phnum && !interp; i++) {
+      Elf64_Phdr ph;
+      if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) !=
+          (ssize_t)sizeof ph)
+        break;
+      interp = ph.p_type == PT_INTERP;
+    }
+    if (!interp)
+      fprintf(stderr,
+              "iofiber-run: %s is statically linked: it runs "
+              "without the hook\n",
+              prog);
+  }
+  close(fd);
 }
 
 int main(int argc, char **argv) {
@@ -121,6 +180,7 @@ int main(int argc, char **argv) {
     return 127;
   }
   free(pre);
+  warn_if_plain(argv[i]);
   execvp(argv[i], argv + i);
   int e = errno;
   fprintf(stderr, "iofiber-run: %s: %s\n", argv[i], strerror(e));

@@ -138,6 +138,15 @@ static void test_launcher_errors(void **state) {
   assert_int_equal(r.status, 3);
 }
 
+static void test_static_binary_warned(void **state) {
+  (void)state;
+  run_result r;
+  run(&r, no_preload, (const char *const[]){IOF_RUN_PATH, STATIC_PROG, NULL});
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out, "static ok\n");
+  assert_non_null(strstr(r.err, "statically linked"));
+}
+
 IOF_TEST_WATCHDOG(setup, teardown, 20)
 
 int main(void) {
@@ -149,6 +158,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_curl_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_launcher_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_static_binary_warned, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
