@@ -2,15 +2,20 @@
  * calls) for the whole process and forwards those made by a launched fiber
  * to compat (iof_compat_<name>); every other caller gets libc itself.
  *
- * Why each routing rule:
- * - fd / socket / poll / sleep / resolver calls go to compat only from a
- *   launched fiber (iof_env_current() != NULL, which never sets anything up
- *   and is safe before constructors and in foreign threads).
- * - pthread object calls (mutex, cond, rwlock, once, keys) and sem_* always
- *   go to compat: it implements those objects in place, so libc must never
- *   see one of them, whoever the caller is.
- * - join/detach of a fiber "thread" (odd pthread_t) go to compat from
- *   anywhere; the other thread calls only from fibers.
+ * Why each routing rule (the table's kinds):
+ * - IO: calls that wait (read, poll, connect, sleep, getaddrinfo...) go to
+ *   compat only from a launched fiber (iof_env_current() != NULL, which
+ *   never sets anything up and is safe before constructors and in foreign
+ *   threads).
+ * - FD: fd bookkeeping (socket, pipe, accept, close, dup*, fcntl, ioctl,
+ *   setsockopt) goes to compat from every caller once the runtime is up, so
+ *   a close anywhere wakes the fibers waiting on that fd.
+ * - OBJ: pthread object calls (mutex, cond, rwlock, barrier, once, keys)
+ *   and sem_* always go to compat: it implements those objects in place,
+ *   so libc must never see one of them, whoever the caller is.
+ * - TID and join/detach: a fiber "thread" id (odd pthread_t) goes to
+ *   compat from anywhere; pthread_create/self/exit only from fibers.
+ * - CNT: calls with no fiber version, interposed only to be counted.
  * - The pass-through pointers are resolved lazily with dlsym(RTLD_NEXT), so
  *   they work before any constructor ran (glibc's dlsym may allocate but
  *   never calls an interposed function).
@@ -42,9 +47,8 @@
 
 /* ---- the table -------------------------------------------------------- */
 
-/* X(kind, ret, name, (typed params), (argument names))
- * kind: IO (compat from fibers), OBJ (compat always), CNT (no compat shim:
- * counted, always libc). Variadic and void calls are written by hand. */
+/* X(kind, ret, name, (typed params), (argument names)); kinds as above.
+ * Variadic and void calls are written by hand. */
 #define HOOK_CALLS(X)                                                          \
   X(FD, int, socket, (int d, int t, int p), (d, t, p))                         \
   X(FD, int, socketpair, (int d, int t, int p, int sv[2]), (d, t, p, sv))      \
@@ -115,6 +119,11 @@
      int *e),                                                                  \
     (n, h, b, l, r, e))                                                        \
   X(IO, int, sched_yield, (void), ())                                          \
+  X(TID, int, pthread_setname_np, (pthread_t t, const char *n), (t, n))        \
+  X(TID, int, pthread_getname_np, (pthread_t t, char *b, size_t l), (t, b, l)) \
+  X(TID, int, pthread_getattr_np, (pthread_t t, pthread_attr_t * a), (t, a))   \
+  X(TID, int, pthread_kill, (pthread_t t, int sig), (t, sig))                  \
+  X(TID, int, pthread_cancel, (pthread_t t), (t))                              \
   X(OBJ, int, pthread_once, (pthread_once_t * o, void (*f)(void)), (o, f))     \
   X(OBJ, int, pthread_mutex_init,                                              \
     (pthread_mutex_t * m, const pthread_mutexattr_t *a), (m, a))               \
@@ -227,6 +236,7 @@ static const char *const names[H_COUNT] = {
 #define WEAK(kind, ret, name, params, args) WEAK_##kind(ret, name, params)
 #define WEAK_OBJ WEAK_IO
 #define WEAK_FD WEAK_IO
+#define WEAK_TID WEAK_IO
 #define WEAK_CNT(ret, name, params)
 HOOK_CALLS(WEAK)
 #undef WEAK
@@ -325,6 +335,18 @@ static void *real_sym(int call) {
 #define DEF_FD(ret, name, params, args)                                        \
   IOF_HOOK_API ret name params {                                               \
     if (fd_bookkeeping_of(name)) {                                             \
+      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    return REAL(name) args;                                                    \
+  }
+
+/* TID: calls on a thread id; a fiber thread's id (odd) means nothing to
+ * libc, which would dereference it. The first parameter is named t. */
+#define DEF_TID(ret, name, params, args)                                       \
+  IOF_HOOK_API ret name params {                                               \
+    if (((uintptr_t)t & 1) && iof_compat_##name) {                             \
       count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
       return iof_compat_##name args;                                           \
     }                                                                          \
