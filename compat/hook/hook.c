@@ -504,6 +504,14 @@ IOF_HOOK_API pid_t fork(void) {
   return p;
 }
 
+/* vfork's child borrows the parent's memory and stack: anything it calls
+ * through us (close, dup2 before exec) would edit the parent's fd records
+ * and wake the parent's fibers. A fork is a valid vfork, and goes through
+ * the stepping aside above. */
+IOF_HOOK_API pid_t vfork(void) {
+  return fork();
+}
+
 /* ---- glibc's fortified entry points ----------------------------------- */
 
 /* -D_FORTIFY_SOURCE programs call these instead of read/recv/... */
