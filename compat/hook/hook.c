@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -196,8 +197,7 @@
   X(CNT, int, fdatasync, (int fd), (fd))                                       \
   X(CNT, int, sigwait, (const sigset_t *s, int *n), (s, n))                    \
   X(CNT, int, sigsuspend, (const sigset_t *s), (s))                            \
-  X(CNT, int, pause, (void), ())                                               \
-  X(CNT, int, system, (const char *c), (c))
+  X(CNT, int, pause, (void), ())
 
 /* Calls written by hand, for the index and the counters. */
 #define HOOK_EXTRA(Y)                                                          \
@@ -211,6 +211,10 @@
   Y(pthread_self)                                                              \
   Y(pthread_equal)                                                             \
   Y(pthread_exit)                                                              \
+  Y(system)                                                                    \
+  Y(popen)                                                                     \
+  Y(posix_spawn)                                                               \
+  Y(posix_spawnp)                                                              \
   Y(sigaction)                                                                 \
   Y(signal)
 
@@ -466,14 +470,15 @@ IOF_HOOK_API void pthread_exit(void *r) {
 
 /* ---- fork ------------------------------------------------------------- */
 
-/* In a child forked from a fiber: the fds the runtime made non-blocking
- * for its waits (and the program did not) are shared with the child, which
- * must see them as the program made them, e.g. a shell's pipeline stdin.
- * The open file description is shared, so the parent's copy turns blocking
- * too: a fiber of the parent then blocks its thread on that fd until it
- * waits again (documented). */
-static void child_restore_blocking(void) {
-  if (!iof_compat_fcntl) return;
+/* A process we start must see its fds as the program made them: the fds
+ * the runtime switched to non-blocking for its waits (user view blocking,
+ * compat's F_GETFL) are switched back, e.g. a shell pipeline's stdin. The
+ * open file description is shared with us, so a fiber of this process
+ * that later waits on such an fd blocks its thread (documented).
+ * inheritable_only: skip close-on-exec fds (the exec'ed program never sees
+ * them; used where no code of ours runs between fork and exec). */
+static void restore_blocking(bool inheritable_only) {
+  if (!iof_compat_fcntl || !runtime_ready) return;
   DIR *d = opendir("/proc/self/fd");
   if (!d) return;
   int self = dirfd(d);
@@ -482,6 +487,10 @@ static void child_restore_blocking(void) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     int fd = atoi(e->d_name);
     if (fd == self) continue;
+    if (inheritable_only) {
+      int fdfl = REAL(fcntl)(fd, F_GETFD);
+      if (fdfl < 0 || (fdfl & FD_CLOEXEC)) continue;
+    }
     int k = REAL(fcntl)(fd, F_GETFL);
     if (k < 0 || !(k & O_NONBLOCK)) continue;
     int u = iof_compat_fcntl(fd, F_GETFL);
@@ -499,9 +508,44 @@ IOF_HOOK_API pid_t fork(void) {
   pid_t p = iof_compat_fork ? iof_compat_fork() : REAL(fork)();
   if (p == 0) {
     stepped_aside = 1;
-    child_restore_blocking();
+    /* The child uses every fd plainly from now on, exec or not. */
+    restore_blocking(false);
   }
   return p;
+}
+
+/* glibc starts these children with clone + exec and runs none of our code
+ * in between: the fds are put back in blocking mode beforehand. system and
+ * popen's children inherit only fds without close-on-exec; posix_spawn's
+ * file actions may dup any fd into the child, so all are. */
+IOF_HOOK_API int system(const char *cmd) {
+  if (verbose) count(H_system, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);
+  if (cmd) restore_blocking(true);
+  return REAL(system)(cmd);
+}
+
+IOF_HOOK_API FILE *popen(const char *cmd, const char *mode) {
+  count(H_popen, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+  restore_blocking(true);
+  return REAL(popen)(cmd, mode);
+}
+
+IOF_HOOK_API int posix_spawn(pid_t *pid, const char *path,
+                             const posix_spawn_file_actions_t *fa,
+                             const posix_spawnattr_t *at, char *const argv[],
+                             char *const envp[]) {
+  count(H_posix_spawn, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+  restore_blocking(false);
+  return REAL(posix_spawn)(pid, path, fa, at, argv, envp);
+}
+
+IOF_HOOK_API int posix_spawnp(pid_t *pid, const char *file,
+                              const posix_spawn_file_actions_t *fa,
+                              const posix_spawnattr_t *at, char *const argv[],
+                              char *const envp[]) {
+  count(H_posix_spawnp, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+  restore_blocking(false);
+  return REAL(posix_spawnp)(pid, file, fa, at, argv, envp);
 }
 
 /* vfork's child borrows the parent's memory and stack: anything it calls

@@ -11,7 +11,6 @@
  * Exits 0 when every request got "hello", within 10 D, on one thread. */
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -137,11 +136,9 @@ static int start_server(pid_t *pid, int *keep) {
 }
 
 static int server_main(void) {
-  /* Our stdin is a pipe the parent made; under iofiber-run it was made in
-   * a fiber, so it is non-blocking at the kernel level (posix_spawn runs
-   * no code of ours in the child to undo that; see docs/porting.md). */
-  int fl = fcntl(0, F_GETFL);
-  if (fl >= 0 && (fl & O_NONBLOCK)) fcntl(0, F_SETFL, fl & ~O_NONBLOCK);
+  /* Our stdin is a pipe the parent made in a fiber under iofiber-run: the
+   * hook put it back in blocking mode before posix_spawn, or this read
+   * would fail at once with EAGAIN and the server would quit. */
   int p = http_delay_server_start(DELAY_MS);
   if (p < 0) return 1;
   printf("%d\n", p);

@@ -1,6 +1,7 @@
 /* libiofiber-hook linked into a program: blocking libc calls made by
  * fibers suspend only the fiber (everything runs on this one thread). */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -9,6 +10,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -273,6 +276,56 @@ static void test_libev_write_from_fiber(void **state) {
   assert_int_equal(iof_io_context_destroy(b), 0);
 }
 
+/* ---- system() from a fiber: the child sees blocking fds --------------- */
+
+/* O_NONBLOCK of fd as the kernel has it (fdinfo's octal flags). */
+static int kernel_nonblock(int fd) {
+  char path[64], line[128];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int r = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long fl;
+    if (sscanf(line, "flags: %lo", &fl) == 1) r = (fl & O_NONBLOCK) != 0;
+  }
+  fclose(f);
+  return r;
+}
+
+typedef struct system_case {
+  int before, after, status;
+} system_case;
+
+static int system_fiber(void *arg) {
+  system_case *c = arg;
+  int p[2];
+  if (pipe(p) != 0) return -errno;
+  /* A blocking call on it in this fiber makes it non-blocking underneath. */
+  if (dup2(p[0], 50) != 50) return -errno;
+  struct pollfd f = {.fd = 50, .events = POLLIN};
+  (void)poll(&f, 1, 1);
+  char b;
+  if (write(p[1], "x", 1) != 1 || read(50, &b, 1) != 1) return -EIO;
+  c->before = kernel_nonblock(50);
+  /* The shell inherits fd 50 and checks its flags itself. */
+  c->status = system("f=$(sed -n 's/^flags:[[:space:]]*//p' "
+                     "/proc/$$/fdinfo/50); [ $(( 0$f & 04000 )) -eq 0 ]");
+  c->after = kernel_nonblock(50);
+  close(50), close(p[0]), close(p[1]);
+  return 0;
+}
+
+static void test_system_child_sees_blocking_fds(void **state) {
+  (void)state;
+  system_case c = {-2, -2, -2};
+  assert_int_equal(hook_run_fibers(1, system_fiber, &c), 0);
+  assert_int_equal(c.before, 1); /* the runtime had made it non-blocking */
+  assert_true(WIFEXITED(c.status));
+  assert_int_equal(WEXITSTATUS(c.status), 0); /* the child saw it blocking */
+  assert_int_equal(c.after, 0);
+}
+
 IOF_TEST_WATCHDOG(setup, teardown, 20)
 
 int main(void) {
@@ -286,6 +339,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_libev_write_from_fiber, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_system_child_sees_blocking_fds,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
