@@ -114,7 +114,7 @@ static bool leaving(iof__fd_slot *s, unsigned gen, bool in_fiber) {
 void iof__fd_reset(int fd, unsigned flags) {
   iof__fd_slot *s = flags ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
   if (!s) return;
-  bool in_fiber = iof__sync_fiber() != NULL;
+  bool in_fiber = iof__compat_fiber() != NULL;
   slot_lock(s);
   unsigned gen = atomic_fetch_add_explicit(&s->gen, 1, memory_order_acq_rel);
   /* The waiters unlink themselves when they disarm (on their io thread). */
@@ -146,7 +146,7 @@ iof_io_context *iof__compat_io(iof_fiber *f) {
 }
 
 bool iof__fd_begin(iof__fd_op *op, int fd, int events) {
-  iof_fiber *f = iof__sync_fiber();
+  iof_fiber *f = iof__compat_fiber();
   iof__fd_slot *s = f ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
   if (!s) return false;
   unsigned gen = atomic_load_explicit(&s->gen, memory_order_acquire);
@@ -254,7 +254,7 @@ bool iof__fd_again(iof__fd_op *op) {
 }
 
 int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns) {
-  iof_fiber *f = iof__sync_fiber();
+  iof_fiber *f = iof__compat_fiber();
   if (!f) return thread_wait(fd, events, deadline_ns);
   iof__fd_wait fw = {0};
   fw.fd = fd;

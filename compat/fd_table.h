@@ -100,9 +100,15 @@ IOF_HIDDEN int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns);
  * slot: close does not end it). In a launched fiber only. */
 IOF_HIDDEN int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns);
 
-/* The launched fiber running here, or NULL (declared by sched/
- * sync_internal.h, whose names clash with io/'s). */
-IOF_HIDDEN iof_fiber *iof__sync_fiber(void);
+/* The launched fiber running here, or NULL. Unlike iof__sync_fiber it
+ * never sets up fiber state for a thread that has none: the hook routes
+ * every read of every thread through compat. */
+static inline iof_fiber *iof__compat_fiber(void) {
+  iof_thread_state *th = iof__thread_peek();
+  if (!th) return NULL;
+  iof_fiber *f = th->current;
+  return f != &th->root && f->env ? f : NULL;
+}
 
 /* The io_context a fiber's waits use. */
 IOF_HIDDEN iof_io_context *iof__compat_io(iof_fiber *f);

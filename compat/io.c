@@ -39,7 +39,7 @@ static void inherit(int from, int to) {
 
 int iof_compat_socket(int domain, int type, int protocol) {
   bool user_nb = type & SOCK_NONBLOCK;
-  bool in_fiber = iof__sync_fiber() != NULL;
+  bool in_fiber = iof__compat_fiber() != NULL;
   int fd =
       iof__libc.socket(domain, type | (in_fiber ? SOCK_NONBLOCK : 0), protocol);
   if (fd >= 0) fresh(fd, user_nb, in_fiber);
@@ -48,7 +48,7 @@ int iof_compat_socket(int domain, int type, int protocol) {
 
 int iof_compat_socketpair(int domain, int type, int protocol, int sv[2]) {
   bool user_nb = type & SOCK_NONBLOCK;
-  bool in_fiber = iof__sync_fiber() != NULL;
+  bool in_fiber = iof__compat_fiber() != NULL;
   int r = iof__libc.socketpair(domain, type | (in_fiber ? SOCK_NONBLOCK : 0),
                                protocol, sv);
   if (r == 0) {
@@ -60,7 +60,7 @@ int iof_compat_socketpair(int domain, int type, int protocol, int sv[2]) {
 
 int iof_compat_pipe2(int fds[2], int flags) {
   bool user_nb = flags & O_NONBLOCK;
-  bool in_fiber = iof__sync_fiber() != NULL;
+  bool in_fiber = iof__compat_fiber() != NULL;
   int r = iof__libc.pipe2(fds, flags | (in_fiber ? O_NONBLOCK : 0));
   if (r == 0) {
     fresh(fds[0], user_nb, in_fiber);
@@ -70,7 +70,7 @@ int iof_compat_pipe2(int fds[2], int flags) {
 }
 
 int iof_compat_pipe(int fds[2]) {
-  if (!iof__sync_fiber()) {
+  if (!iof__compat_fiber()) {
     int r = iof__libc.pipe(fds);
     if (r == 0) {
       fresh(fds[0], false, false);

@@ -146,7 +146,7 @@ static int sleep_to(int64_t deadline) {
 }
 
 int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms) {
-  if (timeout_ms == 0 || !iof__sync_fiber())
+  if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.poll(fds, n, timeout_ms);
   if (n == 0 && timeout_ms > 0) return sleep_to(deadline_ms(timeout_ms));
   return poll_fiber(fds, n, deadline_ms(timeout_ms), NULL);
@@ -154,7 +154,7 @@ int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms) {
 
 int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
                      const struct timespec *timeout, const sigset_t *mask) {
-  if (!iof__sync_fiber() || (timeout && !ts_valid(timeout)) ||
+  if (!iof__compat_fiber() || (timeout && !ts_valid(timeout)) ||
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.ppoll(fds, n, timeout, mask);
   return poll_fiber(fds, n, deadline_ts(timeout), mask);
@@ -206,7 +206,7 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 
 int iof_compat_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
                       struct timeval *timeout) {
-  if (!iof__sync_fiber() || nfds < 0 || nfds > FD_SETSIZE ||
+  if (!iof__compat_fiber() || nfds < 0 || nfds > FD_SETSIZE ||
       (timeout && (timeout->tv_sec < 0 || timeout->tv_usec < 0 ||
                    timeout->tv_usec >= 1000000)) ||
       (timeout && !timeout->tv_sec && !timeout->tv_usec))
@@ -233,7 +233,7 @@ int iof_compat_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 
 int iof_compat_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
                        const struct timespec *timeout, const sigset_t *mask) {
-  if (!iof__sync_fiber() || nfds < 0 || nfds > FD_SETSIZE ||
+  if (!iof__compat_fiber() || nfds < 0 || nfds > FD_SETSIZE ||
       (timeout && !ts_valid(timeout)) ||
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.pselect(nfds, rd, wr, ex, timeout, mask);
@@ -259,14 +259,14 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
 
 int iof_compat_epoll_wait(int epfd, struct epoll_event *events, int max,
                           int timeout_ms) {
-  if (timeout_ms == 0 || !iof__sync_fiber())
+  if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.epoll_wait(epfd, events, max, timeout_ms);
   return epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), NULL);
 }
 
 int iof_compat_epoll_pwait(int epfd, struct epoll_event *events, int max,
                            int timeout_ms, const sigset_t *mask) {
-  if (timeout_ms == 0 || !iof__sync_fiber())
+  if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.epoll_pwait(epfd, events, max, timeout_ms, mask);
   return epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), mask);
 }

@@ -50,7 +50,7 @@ static int gai_fail(int r) {
 int iof_compat_getaddrinfo(const char *host, const char *service,
                            const struct addrinfo *hints,
                            struct addrinfo **res) {
-  iof_fiber *f = iof__sync_fiber();
+  iof_fiber *f = iof__compat_fiber();
   if (!f) return iof__libc.getaddrinfo(host, service, hints, res);
   size_t hl = host ? strlen(host) + 1 : 0,
          sl = service ? strlen(service) + 1 : 0;
@@ -125,7 +125,7 @@ static hb_job *hb_lookup(const char *name, size_t len, const void *like,
   uintptr_t want = (uintptr_t)like & 15;
   j->buf = (char *)(base + ((want - base) & 15));
   j->len = len;
-  int r = iof__resolver_run(iof__compat_io(iof__sync_fiber()), hb_run, j,
+  int r = iof__resolver_run(iof__compat_io(iof__compat_fiber()), hb_run, j,
                             hb_release);
   if (r < 0) { /* j is the resolver's to free */
     *rc = -r;
@@ -155,7 +155,7 @@ static void hb_copy(const hb_job *j, struct hostent *ret, char *buf) {
 int iof_compat_gethostbyname_r(const char *name, struct hostent *ret, char *buf,
                                size_t buflen, struct hostent **result,
                                int *h_errnop) {
-  if (!iof__sync_fiber() || !name || !ret || !buf || !result || !h_errnop)
+  if (!iof__compat_fiber() || !name || !ret || !buf || !result || !h_errnop)
     return iof__libc.gethostbyname_r(name, ret, buf, buflen, result, h_errnop);
   int saved = errno, rc = 0;
   hb_job *j = hb_lookup(name, buflen, buf, &rc);
@@ -186,7 +186,7 @@ static __thread struct {
 } tls_hb;
 
 struct hostent *iof_compat_gethostbyname(const char *name) {
-  if (!iof__sync_fiber() || !name) return iof__libc.gethostbyname(name);
+  if (!iof__compat_fiber() || !name) return iof__libc.gethostbyname(name);
   int saved = errno;
   for (size_t len = tls_hb.len ? tls_hb.len : 1024;; len *= 2) {
     int rc = 0;

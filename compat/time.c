@@ -18,15 +18,15 @@ static int fiber_sleep(int64_t ns) {
 }
 
 unsigned iof_compat_sleep(unsigned seconds) {
-  if (!iof__sync_fiber()) return iof__libc.sleep(seconds);
+  if (!iof__compat_fiber()) return iof__libc.sleep(seconds);
   int64_t end = iof__now_ns() + (int64_t)seconds * 1000000000;
   if (fiber_sleep((int64_t)seconds * 1000000000) == 0) return 0;
   int64_t left = end - iof__now_ns();
   return left > 0 ? (unsigned)((left + 999999999) / 1000000000) : 0;
 }
 
-int iof_compat_usleep(useconds_t usec) {
-  if (!iof__sync_fiber()) return iof__libc.usleep(usec);
+int iof_compat_usleep(iof_compat_useconds_t usec) {
+  if (!iof__compat_fiber()) return iof__libc.usleep(usec);
   if (fiber_sleep((int64_t)usec * 1000) < 0) {
     errno = ECANCELED;
     return -1;
@@ -61,7 +61,7 @@ static int sleep_rel(const struct timespec *req, struct timespec *rem) {
 }
 
 int iof_compat_nanosleep(const struct timespec *req, struct timespec *rem) {
-  if (!iof__sync_fiber() || !req) return iof__libc.nanosleep(req, rem);
+  if (!iof__compat_fiber() || !req) return iof__libc.nanosleep(req, rem);
   if (!ts_ok(req)) {
     errno = EINVAL;
     return -1;
@@ -86,7 +86,7 @@ static bool fiber_clock(clockid_t c) {
 int iof_compat_clock_nanosleep(clockid_t clock, int flags,
                                const struct timespec *req,
                                struct timespec *rem) {
-  if (!iof__sync_fiber() || !req || !fiber_clock(clock))
+  if (!iof__compat_fiber() || !req || !fiber_clock(clock))
     return iof__libc.clock_nanosleep(clock, flags, req, rem);
   if (!ts_ok(req)) return EINVAL;
   if (!(flags & TIMER_ABSTIME)) return sleep_rel(req, rem);
@@ -103,7 +103,7 @@ int iof_compat_clock_nanosleep(clockid_t clock, int flags,
 }
 
 int iof_compat_sched_yield(void) {
-  if (!iof__sync_fiber()) return iof__libc.sched_yield();
+  if (!iof__compat_fiber()) return iof__libc.sched_yield();
   int saved = errno;
   iof_yield();
   errno = saved;

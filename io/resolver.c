@@ -33,7 +33,7 @@ typedef struct request {
 
 /* Lookups block for as long as DNS takes: parallel requests get parallel
  * threads, up to this many per io_context. */
-#define MAX_WORKERS 32
+#define MAX_WORKERS 64
 
 int iof__resolver_max_threads = MAX_WORKERS;
 

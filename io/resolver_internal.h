@@ -14,7 +14,7 @@
 IOF_HIDDEN int iof__resolver_run(iof_io_context *io, void (*fn)(void *),
                                  void *arg, void (*release)(void *));
 
-/* Resolver threads per io_context, at most (1..32, default 32); read when
+/* Resolver threads per io_context, at most (1..64, default 64); read when
  * a request is queued. Tests that hold the only worker set it to 1. */
 IOF_HIDDEN extern int iof__resolver_max_threads;
 

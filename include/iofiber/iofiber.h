@@ -27,5 +27,6 @@
 #include <iofiber/signal.h>
 #include <iofiber/deadline.h>
 #include <iofiber/compat_thread.h>
+#include <iofiber/compat_io.h>
 
 #endif

@@ -29,6 +29,15 @@
 extern "C" {
 #endif
 
+/* Strict ISO C builds get these headers without the POSIX names below. */
+struct addrinfo;
+struct hostent;
+#ifdef __GLIBC__
+typedef __useconds_t iof_compat_useconds_t;
+#else
+typedef useconds_t iof_compat_useconds_t;
+#endif
+
 /* ---- making fds --------------------------------------------------------
  * As socket(2), socketpair(2), pipe(2), pipe2(2). The new fds start with a
  * clean record: SOCK_NONBLOCK / O_NONBLOCK mark them user-non-blocking
@@ -104,7 +113,7 @@ IOF_API int iof_compat_epoll_pwait(int epfd, struct epoll_event *events,
  * returns the error number itself, as POSIX says; other clocks pass
  * through. sched_yield(2) in a fiber lets the other ready fibers run. */
 IOF_API unsigned iof_compat_sleep(unsigned seconds);
-IOF_API int iof_compat_usleep(useconds_t usec);
+IOF_API int iof_compat_usleep(iof_compat_useconds_t usec);
 IOF_API int iof_compat_nanosleep(const struct timespec *req,
                                  struct timespec *rem);
 IOF_API int iof_compat_clock_nanosleep(clockid_t clock, int flags,
