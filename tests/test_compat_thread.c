@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 
 IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
@@ -215,6 +216,36 @@ static void test_mutex_timed_thread(void **state) {
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, timed_plain, &m), 0);
   assert_int_equal(iof_main(hold_main, &m), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_no_failures();
+}
+
+/* A plain thread using the locks gets no fiber state (the runtime's
+ * per-thread setup includes an alternate signal stack: a program that
+ * only locks mutexes under the preload hook must not get one). */
+static void *plain_locker(void *arg) {
+  (void)arg;
+  pthread_mutex_t m = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+  pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+  CHECK(iof_compat_pthread_mutex_lock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&m) == EDEADLK);
+  struct timespec ts = abs_in(CLOCK_REALTIME, 5);
+  CHECK(iof_compat_pthread_cond_timedwait(&c, &m, &ts) == ETIMEDOUT);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  pthread_key_t k;
+  CHECK(iof_compat_pthread_key_create(&k, NULL) == 0);
+  CHECK(iof_compat_pthread_getspecific(k) == NULL);
+  CHECK(iof_compat_pthread_key_delete(k) == 0);
+  CHECK(((uintptr_t)iof_compat_pthread_self() & 1) == 0);
+  stack_t cur;
+  CHECK(sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_DISABLE));
+  return NULL;
+}
+
+static void test_plain_thread_stays_plain(void **state) {
+  (void)state;
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, plain_locker, NULL), 0);
   assert_int_equal(pthread_join(t, NULL), 0);
   assert_no_failures();
 }
@@ -976,6 +1007,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_mutex_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mutex_timed_thread, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_plain_thread_stays_plain, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_cond_broadcast_1000, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_cond_fiber_and_thread, setup,
