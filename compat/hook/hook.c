@@ -266,10 +266,13 @@ static bool verbose;
 enum { C_FIBER, C_BLOCKED, C_PLAIN, C_KINDS };
 static atomic_ulong counts[H_COUNT][C_KINDS];
 
-static inline void count(int call, int kind) {
-  if (__builtin_expect(verbose, 0))
-    atomic_fetch_add_explicit(&counts[call][kind], 1, memory_order_relaxed);
-}
+/* A macro so that the column expression (often a fiber check) is only
+ * evaluated when counting is on. */
+#define count(call, kind)                                                      \
+  do {                                                                         \
+    if (__builtin_expect(verbose, 0))                                          \
+      atomic_fetch_add_explicit(&counts[call][kind], 1, memory_order_relaxed); \
+  } while (0)
 
 /* Depth of wrapped signal handlers running on this thread: a call made
  * from a handler must stay a plain (async-signal-safe) syscall even when the
@@ -361,7 +364,7 @@ static void *real_sym(int call) {
 /* CNT: no fiber version; a fiber calling it blocks its thread. */
 #define DEF_CNT(ret, name, params, args)                                       \
   IOF_HOOK_API ret name params {                                               \
-    if (verbose) count(H_##name, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);  \
+    count(H_##name, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);               \
     return REAL(name) args;                                                    \
   }
 
@@ -519,7 +522,7 @@ IOF_HOOK_API pid_t fork(void) {
  * popen's children inherit only fds without close-on-exec; posix_spawn's
  * file actions may dup any fd into the child, so all are. */
 IOF_HOOK_API int system(const char *cmd) {
-  if (verbose) count(H_system, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);
+  count(H_system, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);
   if (cmd) restore_blocking(true);
   return REAL(system)(cmd);
 }
