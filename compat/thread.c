@@ -168,8 +168,8 @@ static bool join_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
-  iof__wait_publish(w); /* uncancellable, no deadline: cannot fail */
   iof__wq_push(&t->joiner, &op->node);
+  iof__wait_publish(w); /* uncancellable, no deadline: cannot fail */
   iof__lk_unlock(&t->lk);
   return true;
 }

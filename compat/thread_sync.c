@@ -256,12 +256,16 @@ static bool mlock_begin(void *p, iof__wait *w) {
       break;
     }
   }
+  /* Queued before publication: once published, a timer may wake the
+   * fiber on another thread, which then reads op->published. */
+  iof__wq_push(&m->q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(&m->q, &op->node);
+    op->published = false;
     iof__lk_unlock(&m->lk);
     return false;
   }
-  iof__wq_push(&m->q, &op->node);
-  op->published = true;
   iof__lk_unlock(&m->lk);
   return true;
 }
@@ -427,12 +431,16 @@ static bool cwait_begin(void *p, iof__wait *w) {
   }
   mutex_release(op->m);
   op->released = true;
+  /* Queued before publication: once published, a timer may wake the
+   * fiber on another thread, which then reads op->published. */
+  iof__wq_push(&c->q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(&c->q, &op->node);
+    op->published = false;
     iof__lk_unlock(&c->lk);
     return false;
   }
-  iof__wq_push(&c->q, &op->node);
-  op->published = true;
   iof__lk_unlock(&c->lk);
   return true;
 }
@@ -577,12 +585,16 @@ static bool rw_begin(void *p, iof__wait *w) {
     w->result = -r;
     return false;
   }
+  /* Queued before publication: once published, a timer may wake the
+   * fiber on another thread, which then reads op->published. */
+  iof__wq_push(&rw->q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(&rw->q, &op->node);
+    op->published = false;
     iof__lk_unlock(&rw->lk);
     return false;
   }
-  iof__wq_push(&rw->q, &op->node);
-  op->published = true;
   iof__lk_unlock(&rw->lk);
   return true;
 }
@@ -745,8 +757,8 @@ static bool bar_begin(void *p, iof__wait *w) {
   cbarrier *b = op->b;
   iof__lk_lock(&b->lk);
   if (++b->count < b->need) {
-    iof__wait_publish(w); /* never aborted: no deadline, uncancellable */
     iof__wq_push(&b->q, &op->node);
+    iof__wait_publish(w); /* never aborted: no deadline, uncancellable */
     iof__lk_unlock(&b->lk);
     return true;
   }
@@ -807,9 +819,9 @@ static bool once_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
-  iof__wait_publish(w);
   iof__wq_push(&once_tab[op->b].q, &op->node);
   op->published = true;
+  iof__wait_publish(w); /* never aborted: no deadline, uncancellable */
   iof__lk_unlock(&once_tab[op->b].lk);
   return true;
 }
@@ -906,12 +918,16 @@ static bool sem_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
+  /* Queued before publication: once published, a timer may wake the
+   * fiber on another thread, which then reads op->published. */
+  iof__wq_push(&s->q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(&s->q, &op->node);
+    op->published = false;
     iof__lk_unlock(&s->lk);
     return false;
   }
-  iof__wq_push(&s->q, &op->node);
-  op->published = true;
   iof__lk_unlock(&s->lk);
   return true;
 }
