@@ -121,6 +121,42 @@ static void test_curl_cli(void **state) {
   assert_int_equal(blocked, 0);
 }
 
+/* The report line of call in err ("... poll  F  B  O"): the fiber column,
+ * or -1 if no such line. */
+static long fiber_count(const char *err, const char *call) {
+  char key[64];
+  snprintf(key, sizeof key, " %s ", call);
+  const char *line = strstr(err, key);
+  unsigned long f, b, o;
+  if (!line || sscanf(line + strlen(key), "%lu %lu %lu", &f, &b, &o) != 3)
+    return -1;
+  return (long)f;
+}
+
+static void test_follow_exec(void **state) {
+  (void)state;
+  if (access("/usr/bin/curl", X_OK) != 0) skip();
+  char script[128];
+  snprintf(script, sizeof script,
+           "exec /usr/bin/curl -sS --max-time 10 http://127.0.0.1:%d/fx", port);
+  static const char *const env[] = {"LD_PRELOAD",       NULL, "IOF_RUN", NULL,
+                                    "IOF_HOOK_VERBOSE", "1",  NULL};
+  run_result r;
+  /* The shell runs on fibers but execs curl plain: no hook, no report. */
+  run(&r, env,
+      (const char *const[]){IOF_RUN_PATH, "/bin/sh", "-c", script, NULL});
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out, "hello");
+  assert_int_equal(fiber_count(r.err, "poll"), -1);
+  /* With --follow-exec, curl itself runs on fibers. */
+  run(&r, env,
+      (const char *const[]){IOF_RUN_PATH, "--follow-exec", "/bin/sh", "-c",
+                            script, NULL});
+  assert_int_equal(r.status, 0);
+  assert_string_equal(r.out, "hello");
+  assert_true(fiber_count(r.err, "poll") > 0);
+}
+
 static void test_launcher_errors(void **state) {
   (void)state;
   run_result r;
@@ -157,6 +193,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_children_not_taken_over, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_curl_cli, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_follow_exec, setup, teardown),
       cmocka_unit_test_setup_teardown(test_launcher_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_static_binary_warned, setup,
                                       teardown),
