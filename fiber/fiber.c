@@ -8,6 +8,7 @@
  * switch away from it. */
 #include "fiber/fiber_internal.h"
 #include "fiber/sanitizer.h"
+#include "fiber/stack_map.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -68,6 +69,17 @@ size_t iof__page_size(void) {
   return page;
 }
 
+/* A fiber on a dense stack has just switched out: its stack pointer and
+ * the zone under its stack must show no overflow. No ASan check of the
+ * zone: it is outside every frame. */
+__attribute__((noinline, no_sanitize_address)) static void
+soft_check(const iof_fiber *f) {
+  const uint64_t *z = (const uint64_t *)f->base;
+  uint64_t any = 0;
+  for (size_t i = 0; i < IOF_SOFT_ZONE / sizeof *z; i++) any |= z[i];
+  if (any || (const char *)f->ctx < f->soft_lo) iof__overflow_report(f);
+}
+
 /* Runs first on the landing side of every switch. Everything is copied out
  * of the message before the hook runs: the hook may publish `from`, which
  * can then run (and reuse its stack) on another thread. */
@@ -83,6 +95,7 @@ static inline iof_fiber *land(iof_transfer t) {
                                   &from->stack_len);
 #endif
   from->ctx = t.fctx;
+  if (__builtin_expect(from->soft_lo != NULL, 0)) soft_check(from);
   if (kind == SW_SUSPEND) {
     from->state = IOF_FS_SUSPENDED;
     return hook ? hook(from, arg) : NULL;
@@ -158,6 +171,10 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   f->stack_lo = base;
   f->stack_len = (size_t)(sp - base);
   f->stack_size = f->stack_len;
+  if (iof__stack_is_dense(base)) {
+    f->soft_lo = (char *)base + IOF_SOFT_ZONE;
+    f->stack_size -= IOF_SOFT_ZONE;
+  }
   f->ctx = make_fcontext(sp, f->stack_len, fiber_entry);
 #ifdef IOF_TSAN
   f->tsan_fiber = __tsan_create_fiber(0);
