@@ -248,14 +248,18 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
     env.frame_allocator = opts->frame_allocator;
   iof_frame_allocator *saved = iof_current_frame_allocator();
   bool hops = !iof_executor_equal(env.executor, caller->executor);
+  iof_execution_context *away = NULL;
   if (hops) {
     if (iof_execution_context_stopping(iof_executor_context(env.executor)))
       return -ESHUTDOWN;
     iof_executor_on_work_started(env.executor);
     self->env = &env;
+    away = iof_executor_context(caller->executor);
+    if (away) atomic_fetch_add_explicit(&away->away, 1, memory_order_relaxed);
     hop there = {env.executor, 0, 0};
     await_in(self, &there, &hop_vtbl);
     if (there.err < 0) {
+      if (away) atomic_fetch_sub_explicit(&away->away, 1, memory_order_relaxed);
       self->env = caller;
       iof_executor_on_work_finished(env.executor);
       iof_set_current_frame_allocator(saved);
@@ -272,6 +276,7 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
      * its context shuts down, so the call always returns there. */
     hop back = {caller->executor, 0, 0};
     await_in(self, &back, &hop_vtbl);
+    if (away) atomic_fetch_sub_explicit(&away->away, 1, memory_order_relaxed);
     iof_executor_on_work_finished(env.executor);
     /* The return is a resume: await_in refreshed the allocator from the
      * caller's env, as every resume does (a value saved on another thread

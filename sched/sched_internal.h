@@ -77,6 +77,29 @@ IOF_HIDDEN bool iof__env_stopping(const iof_env *env);
 /* Reports on stderr a fiber that would not finish during a destroy. */
 IOF_HIDDEN void iof__report_stuck(const char *what, size_t n);
 
+/* Spinning before parking. A thread that just ran fibers and finds its
+ * queue empty watches it for up to IOF_SPIN_NS before it sleeps (in a
+ * futex or epoll_wait): a fiber hopping back and forth between threads
+ * then finds the other side awake, and the poster skips the wake-up
+ * syscall. Only after work: an idle thread never spins, so idle stays
+ * idle (at most one spin of IOF_SPIN_NS per thread after the last work). */
+#define IOF_SPIN_NS 50000
+/* Pause-only spinning for this long, then sched_yield between checks: on a
+ * busy machine the thread we wait for may be waiting for this CPU. */
+#define IOF_SPIN_PAUSE_NS 3000
+
+static inline void iof__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* One step of a spin that started at `start`: pause or yield. False once
+ * IOF_SPIN_NS have passed. */
+IOF_HIDDEN bool iof__spin_step(int64_t start, int i);
+
 /* Intrusive FIFO of fibers through f->next. */
 typedef struct iof_fiber_queue {
   iof_fiber *head, *tail;

@@ -108,6 +108,9 @@ struct iof_execution_context {
   atomic_int state;      /* 0 running, 1 shutting down, 2 shut down */
   iof_frame_allocator *_Atomic frame_allocator; /* NULL: default */
   const void *kind; /* set by built-in contexts (io/ finds its io_context) */
+  /* Fibers of this context inside iof_run on another one: they come back
+   * soon, so its run loop may spin for them before blocking. */
+  atomic_long away;
 };
 
 /* Initializes ctx (no services). 0; -EINVAL on NULL; -ENOMEM. */
