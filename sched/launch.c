@@ -224,10 +224,20 @@ static int hop_resume(void *self) {
 
 static const iof_awaitable_vtbl hop_vtbl = {NULL, hop_suspend, hop_resume};
 
+static iof_fiber *strand_yield_hook(iof_fiber *h, void *arg) {
+  return iof__strand_yield(h, arg);
+}
+
 int iof_yield(void) {
   iof_fiber *self = launched_self();
   if (!self) return -EPERM;
   if (iof__env_stopping(self->env)) return -ECANCELED;
+  if (iof__is_strand_of(self->env->executor, self)) {
+    int err = 0;
+    iof_fiber_suspend_with(strand_yield_hook, &err);
+    refresh_allocator(self);
+    return err;
+  }
   /* await_in directly, not iof_await: one frame fewer to return through
    * after the switch (each return there is mispredicted). */
   hop hp = {self->env->executor, 0, 1};

@@ -68,6 +68,16 @@ IOF_HIDDEN bool iof__chain_cancel(iof_fiber *f);
 /* Releases the strand held by f (the switch-out hook of strands). */
 IOF_HIDDEN void iof__strand_release(iof_fiber *f);
 
+/* iof_yield of a fiber that holds the strand it runs on, from the switch
+ * hook (h suspended): h goes behind the fibers waiting for the strand (or
+ * keeps it) in one locked step instead of a release and a new post.
+ * Returns NULL, or h to resume at once with *err set when the inner
+ * executor refused it. */
+IOF_HIDDEN iof_fiber *iof__strand_yield(iof_fiber *h, int *err);
+
+/* True if ex is the strand h holds. */
+IOF_HIDDEN bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h);
+
 /* CLOCK_MONOTONIC in nanoseconds (deadlines of sched/ and io/). */
 IOF_HIDDEN int64_t iof__now_ns(void);
 
