@@ -208,6 +208,7 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
     return NULL;
   }
   io->ctx.kind = &io_kind;
+  io->spin_policy.credit = 4;
   io->loop = loop;
   io->own_loop = own;
   if (!iof_make_service(&io->ctx, &io_service_key)) {
@@ -344,7 +345,11 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
     if (!ready && ran != spun_at &&
         atomic_load_explicit(&io->ctx.away, memory_order_relaxed) > 0) {
       spun_at = ran;
-      if (spin_for_return(io)) continue;
+      if (iof__spin_allowed(&io->spin_policy)) {
+        bool found = spin_for_return(io);
+        iof__spin_result(&io->spin_policy, found);
+        if (found) continue;
+      }
     }
     ev_run(io->loop, ready ? EVRUN_NOWAIT : EVRUN_ONCE);
     polled_at = ran;

@@ -13,7 +13,8 @@ struct iof_thread_pool {
   iof_fiber_queue q;
   atomic_long queued; /* fibers in q: what a spinning worker watches */
   int spinning;       /* workers spinning (lock): posts need not signal */
-  int sleeping;       /* workers in cond_wait (lock) */
+  iof_spin_policy spin_policy; /* (lock) */
+  int sleeping;                /* workers in cond_wait (lock) */
   atomic_long work;
   bool stop;
   bool joining;
@@ -32,7 +33,7 @@ static iof_fiber *pop(iof_thread_pool *p) {
  * queue without the lock for up to IOF_SPIN_NS. One spinner at a time (the
  * others sleep: on two cores a second spinner only steals the CPU). */
 static void spin(iof_thread_pool *p) {
-  if (p->spinning) return;
+  if (p->spinning || !iof__spin_allowed(&p->spin_policy)) return;
   p->spinning++;
   pthread_mutex_unlock(&p->lock);
   int64_t start = iof__now_ns();
@@ -41,8 +42,10 @@ static void spin(iof_thread_pool *p) {
                   iof__spin_step(start, i);
        i++) {
   }
+  bool found = atomic_load_explicit(&p->queued, memory_order_relaxed) != 0;
   pthread_mutex_lock(&p->lock);
   p->spinning--;
+  iof__spin_result(&p->spin_policy, found);
 }
 
 static void *worker(void *arg) {
@@ -136,6 +139,7 @@ iof_thread_pool *iof_thread_pool_create(size_t n) {
   pthread_cond_init(&p->cv, NULL);
   atomic_init(&p->work, 0);
   atomic_init(&p->queued, 0);
+  p->spin_policy.credit = 4;
   for (size_t i = 0; i < n; i++) {
     int r = pthread_create(&t[i], NULL, worker, p);
     if (r != 0) {

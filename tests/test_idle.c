@@ -66,7 +66,7 @@ static void idle_after_hops_costs_no_cpu(void **state) {
   assert_int_equal(iof_launch(iof_io_context_executor(c.io), hopper, &c), 0);
   while (!atomic_load(&c.done)) sleep_ms(1);
   assert_int_equal(atomic_load(&c.on_pool), HOPS);
-  sleep_ms(50); /* the last spins end (50 us each) */
+  sleep_ms(50); /* the last spins end (20 us each) */
   int64_t c0 = cpu_ns();
   uint64_t t0 = iof_test_now_ns();
   sleep_ms(1000);
