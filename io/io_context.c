@@ -212,6 +212,7 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
     return NULL;
   }
   io->ctx.kind = &io_kind;
+  io->spin_policy.credit = 4;
   io->loop = loop;
   io->own_loop = own;
   if (!iof_make_service(&io->ctx, &io_service_key)) {
@@ -286,6 +287,26 @@ struct ev_loop *iof_io_context_loop(iof_io_context *io) {
   return io ? io->loop : NULL;
 }
 
+/* Fibers of this context are away in iof_run on another context and the
+ * run loop just ran fibers: watch the remote queue for up to IOF_SPIN_NS
+ * before blocking in epoll, since a cross-thread wake-up (the eventfd
+ * write, the other thread's futex wake of this one) costs more than the
+ * hop itself. libev is polled without blocking every few microseconds
+ * meanwhile, so I/O is not held up. True if a fiber came. */
+static bool spin_for_return(iof_io_context *io) {
+  int64_t start = iof__now_ns(), polled = start;
+  for (int i = 1; iof__spin_step(start, i); i++) {
+    if (has_ready(io)) return true;
+    if (i & 255) continue;
+    int64_t now = iof__now_ns();
+    if (now - polled > 5000) {
+      ev_run(io->loop, EVRUN_NOWAIT);
+      polled = now;
+    }
+  }
+  return has_ready(io);
+}
+
 /* The one loop behind run, run_one, poll and run_for. max_fibers < 0: no
  * limit; wait: block in libev when nothing is ready; timeout_ns < 0: none. */
 #define POLL_EVERY 64
@@ -307,7 +328,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
     ev_timer_set(&io->deadline, (double)timeout_ns / 1e9, 0.);
     ev_timer_start(io->loop, &io->deadline);
   }
-  long ran = 0, polled_at = 0;
+  long ran = 0, polled_at = 0, spun_at = 0;
   while (!atomic_load(&io->stopped) && !io->timed_out) {
     ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : -1);
     if (max_fibers >= 0 && ran >= max_fibers) break;
@@ -325,6 +346,15 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
      * when two fibers alternate. I/O still gets its turn promptly. */
     bool ready = has_ready(io);
     if (ready && ran - polled_at < POLL_EVERY) continue;
+    if (!ready && ran != spun_at &&
+        atomic_load_explicit(&io->ctx.away, memory_order_relaxed) > 0) {
+      spun_at = ran;
+      if (iof__spin_allowed(&io->spin_policy)) {
+        bool found = spin_for_return(io);
+        iof__spin_result(&io->spin_policy, found);
+        if (found) continue;
+      }
+    }
     ev_run(io->loop, ready ? EVRUN_NOWAIT : EVRUN_ONCE);
     polled_at = ran;
   }

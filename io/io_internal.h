@@ -29,8 +29,9 @@ struct iof_io_context {
                                stopped(), cleared by the next run */
   atomic_int running;
   bool timed_out;
-  struct iof_socket *sockets; /* open sockets, closed at destroy */
-  iof_wait *armed;            /* armed waits, cancelled at shutdown */
+  iof_spin_policy spin_policy; /* the run loop's (its thread only) */
+  struct iof_socket *sockets;  /* open sockets, closed at destroy */
+  iof_wait *armed;             /* armed waits, cancelled at shutdown */
 };
 
 /* The io_context behind an execution context, or NULL. */

@@ -15,6 +15,7 @@ int iof_execution_context_init(iof_execution_context *ctx) {
   ctx->kind = NULL;
   atomic_init(&ctx->state, 0);
   atomic_init(&ctx->frame_allocator, NULL);
+  atomic_init(&ctx->away, 0);
   return 0;
 }
 

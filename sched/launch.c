@@ -240,10 +240,20 @@ __attribute__((constructor)) static void name_hops(void) {
   iof__debug_label(&hop_vtbl, "executor hop (yield, iof_run)", NULL);
 }
 
+static iof_fiber *strand_yield_hook(iof_fiber *h, void *arg) {
+  return iof__strand_yield(h, arg);
+}
+
 int iof_yield(void) {
   iof_fiber *self = launched_self();
   if (!self) return -EPERM;
   if (iof__env_stopping(self->env)) return -ECANCELED;
+  if (iof__is_strand_of(self->env->executor, self)) {
+    int err = 0;
+    iof_fiber_suspend_with(strand_yield_hook, &err);
+    refresh_allocator(self);
+    return err;
+  }
   /* await_in directly, not iof_await: one frame fewer to return through
    * after the switch (each return there is mispredicted). */
   hop hp = {self->env->executor, 0, 1};
@@ -264,14 +274,18 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
     env.frame_allocator = opts->frame_allocator;
   iof_frame_allocator *saved = iof_current_frame_allocator();
   bool hops = !iof_executor_equal(env.executor, caller->executor);
+  iof_execution_context *away = NULL;
   if (hops) {
     if (iof_execution_context_stopping(iof_executor_context(env.executor)))
       return -ESHUTDOWN;
     iof_executor_on_work_started(env.executor);
     self->env = &env;
+    away = iof_executor_context(caller->executor);
+    if (away) atomic_fetch_add_explicit(&away->away, 1, memory_order_relaxed);
     hop there = {env.executor, 0, 0};
     await_in(self, &there, &hop_vtbl);
     if (there.err < 0) {
+      if (away) atomic_fetch_sub_explicit(&away->away, 1, memory_order_relaxed);
       self->env = caller;
       iof_executor_on_work_finished(env.executor);
       iof_set_current_frame_allocator(saved);
@@ -288,6 +302,7 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
      * its context shuts down, so the call always returns there. */
     hop back = {caller->executor, 0, 0};
     await_in(self, &back, &hop_vtbl);
+    if (away) atomic_fetch_sub_explicit(&away->away, 1, memory_order_relaxed);
     iof_executor_on_work_finished(env.executor);
     /* The return is a resume: await_in refreshed the allocator from the
      * caller's env, as every resume does (a value saved on another thread

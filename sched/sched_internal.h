@@ -87,6 +87,16 @@ IOF_HIDDEN bool iof__chain_cancel(iof_fiber *f);
 /* Releases the strand held by f (the switch-out hook of strands). */
 IOF_HIDDEN void iof__strand_release(iof_fiber *f);
 
+/* iof_yield of a fiber that holds the strand it runs on, from the switch
+ * hook (h suspended): h goes behind the fibers waiting for the strand (or
+ * keeps it) in one locked step instead of a release and a new post.
+ * Returns NULL, or h to resume at once with *err set when the inner
+ * executor refused it. */
+IOF_HIDDEN iof_fiber *iof__strand_yield(iof_fiber *h, int *err);
+
+/* True if ex is the strand h holds. */
+IOF_HIDDEN bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h);
+
 /* CLOCK_MONOTONIC in nanoseconds (deadlines of sched/ and io/). */
 IOF_HIDDEN int64_t iof__now_ns(void);
 
@@ -95,6 +105,57 @@ IOF_HIDDEN bool iof__env_stopping(const iof_env *env);
 
 /* Reports on stderr a fiber that would not finish during a destroy. */
 IOF_HIDDEN void iof__report_stuck(const char *what, size_t n);
+
+/* Spinning before parking. A thread that just ran fibers and finds its
+ * queue empty watches it for up to IOF_SPIN_NS before it sleeps (in a
+ * futex or epoll_wait): a fiber hopping back and forth between threads
+ * then finds the other side awake, and the poster skips the wake-up
+ * syscall. Only after work: an idle thread never spins, so idle stays
+ * idle (at most one spin of IOF_SPIN_NS per thread after the last work). */
+#define IOF_SPIN_NS 20000
+/* Pause-only spinning for this long, then sched_yield between checks: on a
+ * busy machine the thread we wait for may be waiting for this CPU. */
+#define IOF_SPIN_PAUSE_NS 5000
+
+static inline void iof__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* One step of a spin that started at `start`: pause or yield. False once
+ * IOF_SPIN_NS have passed. */
+IOF_HIDDEN bool iof__spin_step(int64_t start, int i);
+
+/* Adaptive spinning, as glibc's adaptive mutexes do: a spin that timed
+ * out halves the credit, one that found work adds to it; without credit
+ * the thread parks at once and probes with a spin every 32nd time. On a
+ * machine whose CPUs are taken by other work spins keep failing (the
+ * thread waited for is not running) and would only add their length to
+ * every hop: there this falls back to plain parking. Used by one thread
+ * at a time (the pool's single spinner under its lock; the io loop). */
+typedef struct iof_spin_policy {
+  int credit;
+  unsigned skipped;
+} iof_spin_policy;
+
+#define IOF_SPIN_CREDIT_MAX 16
+
+static inline bool iof__spin_allowed(iof_spin_policy *sp) {
+  if (sp->credit > 0) return true;
+  if (++sp->skipped < 32) return false;
+  sp->skipped = 0;
+  return true;
+}
+
+static inline void iof__spin_result(iof_spin_policy *sp, bool found) {
+  if (found)
+    sp->credit += sp->credit < IOF_SPIN_CREDIT_MAX;
+  else
+    sp->credit /= 2;
+}
 
 /* Intrusive FIFO of fibers through f->next. */
 typedef struct iof_fiber_queue {
