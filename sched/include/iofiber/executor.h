@@ -112,7 +112,7 @@ struct iof_execution_context {
   const void *kind; /* set by built-in contexts (io/ finds its io_context) */
   /* Fibers of this context inside iof_run on another one: they come back
    * soon, so its run loop may spin for them before blocking. */
-  atomic_long away;
+  IOF_ATOMIC(long) away;
 };
 
 /* Initializes ctx (no services). 0; -EINVAL on NULL; -ENOMEM. */
