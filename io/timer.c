@@ -29,11 +29,11 @@ static int sleep_to(int64_t ns, int64_t deadline) {
 
 int iof_sleep_for(int64_t ns) {
   int64_t now = iof__now_ns();
-  return sleep_to(ns, ns > 0 ? now + ns : now);
+  return sleep_to(ns, ns > 0 ? iof__sat_add(now, ns) : now);
 }
 
 int iof_sleep_until(int64_t deadline_ns) {
-  return sleep_to(deadline_ns - iof__now_ns(), deadline_ns);
+  return sleep_to(iof__sat_sub(deadline_ns, iof__now_ns()), deadline_ns);
 }
 
 struct iof_timer {
@@ -100,7 +100,7 @@ int iof_timer_expires_at(iof_timer *t, int64_t deadline_ns) {
 }
 
 int iof_timer_expires_after(iof_timer *t, int64_t ns) {
-  return iof_timer_expires_at(t, iof__now_ns() + ns);
+  return iof_timer_expires_at(t, iof__sat_add(iof__now_ns(), ns));
 }
 
 int64_t iof_timer_expiry(const iof_timer *t) {
@@ -141,7 +141,7 @@ static void fire(struct ev_loop *loop, ev_timer *ew, int revents) {
 }
 
 static void schedule(iof_timer *t, int64_t expiry) {
-  double after = (double)(expiry - iof__now_ns()) / 1e9;
+  double after = (double)iof__sat_sub(expiry, iof__now_ns()) / 1e9;
   t->scheduled = expiry;
   ev_timer_stop(t->io->loop, &t->w);
   ev_timer_init(&t->w, fire, after > 0 ? after : 0., 0.);

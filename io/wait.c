@@ -102,7 +102,7 @@ static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
      * fibers ran since the loop last woke: refresh it, or the timeout
      * fires early; and count from the absolute deadline, or a delay
      * between initiation and here (a hop, a preemption) makes it late. */
-    int64_t left = w->deadline_ns - iof__now_ns(); /* read first: */
+    int64_t left = iof__sat_sub(w->deadline_ns, iof__now_ns()); /* first: */
     ev_now_update(io->loop); /* libev's now is later, never early */
     ev_timer_init(&w->timeout, on_timeout, left > 0 ? (double)left / 1e9 : 0.,
                   0.);
@@ -148,7 +148,7 @@ int iof__wait(iof_wait *w) {
   if (!self || !self->env) return -EPERM;
   iof_io_context *io = w->io;
   if (w->timeout_ns >= 0 && w->deadline_ns == 0)
-    w->deadline_ns = iof__now_ns() + w->timeout_ns;
+    w->deadline_ns = iof__sat_add(iof__now_ns(), w->timeout_ns);
   if (iof_stop_requested(self->env->stop_token) ||
       iof_execution_context_stopping(&io->ctx))
     return -ECANCELED;
