@@ -1,7 +1,7 @@
-/* The waiter machinery of the sync primitives (see sync_internal.h): the
- * claim protocol, blocking a fiber (iof_await) or a thread (a parker), the
- * stop callback and timer of a pending wait, the per-context registry that
- * cancels pending waits at shutdown, and the timer hook io/ fills in. */
+/* The one wait record (see sync_internal.h): the claim protocol, blocking
+ * a fiber (iof_await) or a thread (a parker), the stop callback and timer
+ * of a pending wait, and the per-context registry that cancels pending
+ * waits at shutdown. */
 #include "sched/sync_internal.h"
 
 #include <errno.h>
@@ -41,35 +41,6 @@ __attribute__((noinline)) uint32_t iof__sync_random(void) {
   return x;
 }
 
-/* ---- timer hook ------------------------------------------------------- */
-
-/* The timer thread (timer_thread.c) until someone installs another. */
-extern const iof__timer_provider iof__timer_thread_provider;
-static const iof__timer_provider *_Atomic timer_provider =
-    &iof__timer_thread_provider;
-
-void iof__timer_provider_set(const iof__timer_provider *p) {
-  atomic_store_explicit(&timer_provider, p, memory_order_release);
-}
-
-const iof__timer_provider *iof__timer_provider_get(void) {
-  return atomic_load_explicit(&timer_provider, memory_order_acquire);
-}
-
-int iof__timer_arm(iof__timer *t, const iof_env *env, int64_t deadline_ns,
-                   void (*fire)(void *), void *arg) {
-  const iof__timer_provider *p = iof__timer_provider_get();
-  if (!p || !p->arm) return -ENOTSUP;
-  t->fire = fire;
-  t->arg = arg;
-  return p->arm(t, env, deadline_ns);
-}
-
-void iof__timer_cancel(iof__timer *t) {
-  const iof__timer_provider *p = iof__timer_provider_get();
-  if (p && p->cancel) p->cancel(t);
-}
-
 /* ---- claims and wakes ------------------------------------------------- */
 
 bool iof__wait_publish(iof__wait *w) {
@@ -97,7 +68,7 @@ void iof__wait_wake(iof__wait *w) {
   pthread_mutex_unlock(&p->m);
 }
 
-void iof__wait_abort(iof__wait *w, int result) {
+bool iof__wait_abort(iof__wait *w, int result) {
   int s = atomic_load_explicit(&w->state, memory_order_acquire);
   for (;;) {
     if (s == IOF__W_INIT) {
@@ -105,7 +76,7 @@ void iof__wait_abort(iof__wait *w, int result) {
           result == -ETIMEDOUT ? IOF__W_EARLY_TIMEDOUT : IOF__W_EARLY_CANCELED;
       if (atomic_compare_exchange_weak_explicit(
               &w->state, &s, early, memory_order_acq_rel, memory_order_acquire))
-        return; /* publication will fail; the fiber resumes at once */
+        return true; /* publication will fail; the fiber resumes at once */
     } else if (s == IOF__W_WAITING) {
       if (atomic_compare_exchange_weak_explicit(&w->state, &s, IOF__W_DONE,
                                                 memory_order_acq_rel,
@@ -114,20 +85,20 @@ void iof__wait_abort(iof__wait *w, int result) {
         w->index = -1;
         w->by_waker = false;
         iof__wait_wake(w);
-        return;
+        return true;
       }
     } else {
-      return; /* claimed already: the winner wakes it */
+      return false; /* claimed already: the winner wakes it */
     }
   }
 }
 
 static void on_stop(void *arg) {
-  iof__wait_abort(arg, -ECANCELED);
+  (void)iof__wait_abort(arg, -ECANCELED);
 }
 
 static void on_timer(void *arg) {
-  iof__wait_abort(arg, -ETIMEDOUT);
+  (void)iof__wait_abort(arg, -ETIMEDOUT);
 }
 
 /* ---- the shutdown registry -------------------------------------------
@@ -158,7 +129,7 @@ static void svc_shutdown(iof_service *base) {
   /* Aborting only posts; each fiber unlinks itself once it runs, which
    * needs this lock: it cannot happen before we let go of it. */
   for (iof__wait *w = s->head; w; w = w->reg_next)
-    iof__wait_abort(w, -ECANCELED);
+    (void)iof__wait_abort(w, -ECANCELED);
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -171,30 +142,29 @@ static void svc_destroy(iof_service *base) {
 static const iof_service_key sync_service_key = {"iofiber.sync", svc_create,
                                                  svc_shutdown, svc_destroy};
 
-/* The registry of env's context (NULL: none, a user executor without a
- * context; errno ESHUTDOWN when refused). For the chain's own env the
- * pointer is cached in the chain: the context outlives its chains, while
- * an env of iof_run may name a context that a later hop would not. */
-static sync_service *svc_for(iof_fiber *self, const iof_env *env) {
-  iof_execution_context *ctx = iof_executor_context(env->executor);
+/* The registry of ctx (NULL: none, a user executor without a context;
+ * errno ESHUTDOWN when refused). For the context of the chain's own env
+ * the pointer is cached in the chain: the context outlives its chains. */
+static sync_service *svc_for(iof_fiber *self, const iof_env *env,
+                             iof_execution_context *ctx) {
   if (!ctx) return NULL;
   iof_chain *c = self->sched;
-  bool own = env == &c->env;
-  if (own && c->sync_ctx == ctx) return c->sync_svc;
+  if (c->sync_ctx == ctx) return c->sync_svc;
   sync_service *s = (sync_service *)iof_use_service(ctx, &sync_service_key);
-  if (s && own) {
+  if (s && env == &c->env && iof_executor_context(env->executor) == ctx) {
     c->sync_ctx = ctx;
     c->sync_svc = s;
   }
   return s;
 }
 
-/* Registers w with its context. False: the context is shutting down (or
- * the service could not be made): the wait must fail with -ECANCELED. */
-static bool reg_add(iof__wait *w, iof_fiber *self, const iof_env *env) {
+/* Registers w with ctx. False: the context is shutting down (or the
+ * service could not be made): the wait must fail with -ECANCELED. */
+static bool reg_add(iof__wait *w, iof_fiber *self, const iof_env *env,
+                    iof_execution_context *ctx) {
   w->reg_svc = NULL;
   errno = 0;
-  sync_service *s = svc_for(self, env);
+  sync_service *s = svc_for(self, env, ctx);
   if (!s) return errno != ESHUTDOWN; /* ENOMEM: wait, unregistered */
   pthread_mutex_lock(&s->lock);
   if (s->shut) {
@@ -232,35 +202,35 @@ typedef struct wait_aw {
   bool ran;
 } wait_aw;
 
-/* On the resumer's stack, h suspended: capture where to wake it, then let
- * the primitive complete at once (resume h now) or publish h. */
+/* On the resumer's stack, h suspended: let the primitive complete at once
+ * (resume h now) or publish h. */
 static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
+  (void)env;
   wait_aw *a = self;
-  iof__wait *w = a->w;
   a->ran = true;
-  w->fiber = h;
-  w->ex = env->executor;
   /* Completed at once: resume h now (await_hook sends it back through
    * its executor if it left a strand). */
-  return a->begin(a->op, w) ? NULL : h;
+  return a->begin(a->op, a->w) ? NULL : h;
 }
 
 static const iof_awaitable_vtbl wait_vtbl = {NULL, wait_suspend, NULL};
 
-static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
-                       iof__wait *w, int64_t deadline_ns, int flags) {
+static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
+                       iof__wait_begin begin, iof__wait *w, int64_t deadline_ns,
+                       int flags) {
   const iof_env *env = iof_env_current();
   bool cancellable = flags & IOF__WAIT_CANCELLABLE;
   if (cancellable && iof_stop_requested(env->stop_token)) return -ECANCELED;
+  if (!where.vt) where = env->executor;
+  w->fiber = self;
+  w->ex = where;
   w->timer_armed = false;
   w->reg_svc = NULL;
+  if (deadline_ns >= 0 && iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
+  if (cancellable && !reg_add(w, self, env, iof_executor_context(where)))
+    return -ECANCELED;
   if (deadline_ns >= 0) {
-    if (iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
-    if (!iof__timer_provider_get()) return -ENOTSUP;
-  }
-  if (cancellable && !reg_add(w, self, env)) return -ECANCELED;
-  if (deadline_ns >= 0) {
-    int r = iof__timer_arm(&w->timer, env, deadline_ns, on_timer, w);
+    int r = iof__timer_arm(&w->timer, where, deadline_ns, on_timer, w);
     if (r < 0) {
       reg_remove(w);
       return r;
@@ -279,7 +249,8 @@ static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
   int r = cancellable ? iof_await(&a, &wait_vtbl)
                       : iof__await_always(&a, &wait_vtbl);
   /* Nothing can claim w any more once these return: the stop callback and
-   * the timer are waited for if running elsewhere. */
+   * the timer are waited for if running elsewhere (a loop timer fires on
+   * this very thread, where the fiber resumed). */
   if (stop_reg) iof_stop_callback_unregister(&w->stop_cb);
   if (w->timer_armed) iof__timer_cancel(&w->timer);
   reg_remove(w);
@@ -291,56 +262,57 @@ static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
 
 static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
                         int64_t deadline_ns) {
+  if (deadline_ns >= 0 && iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
   iof__parker p;
   pthread_mutex_init(&p.m, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&p.c, &ca);
-  pthread_condattr_destroy(&ca);
+  pthread_cond_init(&p.c, NULL);
   p.flag = 0;
   w->fiber = NULL;
   w->parker = &p;
-  if (begin(op, w)) {
-    struct timespec ts;
-    if (deadline_ns >= 0) {
-      ts.tv_sec = deadline_ns / 1000000000;
-      ts.tv_nsec = deadline_ns % 1000000000;
-    }
+  w->timer_armed = false;
+  int r = 0;
+  if (deadline_ns >= 0) {
+    /* The timer service, as for fibers away from an event loop: one
+     * timer mechanism, and the thread just parks. */
+    r = iof__timer_arm(&w->timer, (iof_executor_ref){0}, deadline_ns, on_timer,
+                       w);
+    w->timer_armed = r == 0;
+  }
+  if (r == 0 && begin(op, w)) {
     pthread_mutex_lock(&p.m);
-    while (!p.flag) {
-      if (deadline_ns < 0) {
-        pthread_cond_wait(&p.c, &p.m);
-        continue;
-      }
-      if (pthread_cond_timedwait(&p.c, &p.m, &ts) != ETIMEDOUT) continue;
-      /* Timed out: claim it ourselves, or a waker got there first and is
-       * about to set the flag (then wait for it: it uses p). */
-      int expect = IOF__W_WAITING;
-      if (atomic_compare_exchange_strong(&w->state, &expect, IOF__W_DONE)) {
-        w->result = -ETIMEDOUT;
-        w->index = -1;
-        w->by_waker = false;
-        break;
-      }
-      deadline_ns = -1;
-    }
+    while (!p.flag) pthread_cond_wait(&p.c, &p.m);
     pthread_mutex_unlock(&p.m);
   }
+  /* Waits for a fire in progress: it may still be signalling p. */
+  if (w->timer_armed) iof__timer_cancel(&w->timer);
   pthread_cond_destroy(&p.c);
   pthread_mutex_destroy(&p.m);
-  return w->result;
+  return r < 0 ? r : w->result;
 }
 
-int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
-                    int64_t deadline_ns, int flags) {
+static inline void wait_init(iof__wait *w) {
   atomic_init(&w->state, IOF__W_INIT);
   w->result = 0;
   w->index = -1;
   w->by_waker = false;
   w->parker = NULL;
   w->fiber = NULL;
+}
+
+int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
+                    int64_t deadline_ns, int flags) {
+  wait_init(w);
   iof_fiber *self = iof__sync_fiber();
-  if (self) return block_fiber(self, op, begin, w, deadline_ns, flags);
+  if (self)
+    return block_fiber(self, (iof_executor_ref){0}, op, begin, w, deadline_ns,
+                       flags);
   return block_thread(op, begin, w, deadline_ns);
+}
+
+int iof__wait_block_on(iof_executor_ref where, void *op, iof__wait_begin begin,
+                       iof__wait *w, int64_t deadline_ns, int flags) {
+  wait_init(w);
+  iof_fiber *self = iof__sync_fiber();
+  if (!self) return -EPERM;
+  return block_fiber(self, where, op, begin, w, deadline_ns, flags);
 }
