@@ -47,8 +47,7 @@ static iof_fiber *to_home(void *self, iof_fiber *h, const iof_env *env) {
 static const iof_awaitable_vtbl to_io_vtbl = {NULL, to_io, NULL};
 static const iof_awaitable_vtbl to_home_vtbl = {NULL, to_home, NULL};
 
-static void go_home(iof_io_context *io) {
-  iof_fiber *self = iof_fiber_current();
+static void go_home(iof_fiber *self, iof_io_context *io) {
   if (iof_executor_equal(self->env->executor, iof_io_context_executor(io)))
     return;
   hop hp = {io};
@@ -68,15 +67,15 @@ int iof__io_wait(iof_io_op *op, int64_t deadline_ns) {
     if (r < 0) return r;
   }
   op->armed = false;
-  int r = iof__wait_block_on(iof_io_context_executor(io), op, io_begin, &op->w,
-                             deadline_ns, IOF__WAIT_CANCELLABLE);
+  int r = iof__wait_block_on(self, iof_io_context_executor(io), op, io_begin,
+                             &op->w, deadline_ns, IOF__WAIT_CANCELLABLE);
   /* Back on io's thread, whoever claimed the wait. */
   if (op->armed) {
     op->armed = false;
     if (op->disarm) op->disarm(op);
     iof_executor_on_work_finished(iof_io_context_executor(io));
   }
-  go_home(io);
+  go_home(self, io);
   return r;
 }
 
@@ -93,5 +92,5 @@ int iof__io_enter(iof_io_context *io, bool *hopped) {
 }
 
 void iof__io_leave(iof_io_context *io, bool hopped) {
-  if (hopped) go_home(io);
+  if (hopped) go_home(iof_fiber_current(), io);
 }

@@ -188,14 +188,14 @@ enum {
 IOF_HIDDEN int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
                                int64_t deadline_ns, int flags);
 
-/* iof__wait_block for a launched fiber whose wait belongs to executor
- * `where` (io/: the io_context the operation is armed on) rather than to
- * its env's: the fiber must already run on where's thread; begin runs
- * there, the timer uses where's loop, the wait registers with where's
- * context for its shutdown, and the wake posts the fiber to `where`, so
- * the call returns on where's thread. -EPERM outside a launched fiber. */
-IOF_HIDDEN int iof__wait_block_on(iof_executor_ref where, void *op,
-                                  iof__wait_begin begin, iof__wait *w,
+/* iof__wait_block for `self`, the calling launched fiber, whose wait
+ * belongs to executor `where` (io/: the io_context the operation is armed
+ * on) rather than to its env's: the fiber must already run on where's
+ * thread; begin runs there, the timer uses where's loop, the wait
+ * registers with where's context for its shutdown, and the wake posts the
+ * fiber to `where`, so the call returns on where's thread. */
+IOF_HIDDEN int iof__wait_block_on(iof_fiber *self, iof_executor_ref where,
+                                  void *op, iof__wait_begin begin, iof__wait *w,
                                   int64_t deadline_ns, int flags);
 
 /* The launched fiber running here, or NULL (a thread or a raw fiber:
