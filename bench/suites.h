@@ -18,3 +18,5 @@ BENCH_SUITE(pool, "thread pool (1 and 2 threads): iof_run hops and launches "
                   "vs the same on an io_context")
 BENCH_SUITE(launch, "iof_run_async to completion on an io_context vs fiber "
                     "create+resume+destroy; 150 ns goal")
+BENCH_SUITE(wait, "timed waits arm+cancel with 1,000 to 100,000 waiters: "
+                  "sem_timedwait vs sleep_for")
