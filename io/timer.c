@@ -24,8 +24,10 @@ static int sleep_until(int64_t deadline) {
   iof_fiber *self = iof__sync_fiber();
   if (!self) return -EPERM;
   iof__wait w;
-  int r =
-      iof__wait_block(NULL, sleep_begin, &w, deadline, IOF__WAIT_CANCELLABLE);
+  /* The caller checked the deadline: a sleep that starts just before it
+   * still ends after the sleeps whose deadlines came earlier. */
+  int r = iof__wait_block(NULL, sleep_begin, &w, deadline,
+                          IOF__WAIT_CANCELLABLE | IOF__WAIT_IN_ORDER);
   return r == -ETIMEDOUT ? 0 : r;
 }
 

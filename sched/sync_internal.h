@@ -176,6 +176,10 @@ typedef bool (*iof__wait_begin)(void *op, iof__wait *w);
 enum {
   IOF__WAIT_CANCELLABLE = 1, /* the chain's stop token and the context's
                                 shutdown complete it with -ECANCELED */
+  IOF__WAIT_IN_ORDER = 2,    /* a fiber whose deadline has just passed is
+                                not failed at once but timed out by its
+                                timer, in deadline order with the others
+                                (sleeps) */
 };
 
 /* Blocks the caller (a launched fiber: suspends it; anything else: blocks

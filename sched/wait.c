@@ -238,7 +238,9 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
   w->ex = where;
   w->timer_armed = false;
   w->reg_svc = NULL;
-  if (deadline_ns >= 0 && iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
+  if (deadline_ns >= 0 && !(flags & IOF__WAIT_IN_ORDER) &&
+      iof__now_ns() >= deadline_ns)
+    return -ETIMEDOUT;
   if (cancellable && !reg_add(w, self, env, iof_executor_context(where)))
     return -ECANCELED;
   if (deadline_ns >= 0) {
