@@ -101,8 +101,9 @@ static void *service_main(void *arg) {
     }
     iof__timer *t = svc.heap[0];
     if (t->deadline > now) {
-      int64_t until =
-          t->deadline - now > MAX_SLEEP_NS ? now + MAX_SLEEP_NS : t->deadline;
+      int64_t until = iof__sat_sub(t->deadline, now) > MAX_SLEEP_NS
+                          ? now + MAX_SLEEP_NS
+                          : t->deadline;
       struct timespec ts = abs_ts(until);
       pthread_cond_timedwait(&svc.wake, &svc.lock, &ts);
       continue;

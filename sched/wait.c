@@ -18,9 +18,7 @@ int64_t iof__now_ns(void) {
 }
 
 int64_t iof_deadline_after(int64_t ns) {
-  int64_t now = iof__now_ns();
-  if (ns < 0) ns = 0;
-  return ns > INT64_MAX - now ? INT64_MAX : now + ns;
+  return iof__sat_add(iof__now_ns(), ns < 0 ? 0 : ns);
 }
 
 iof_fiber *iof__sync_fiber(void) {
