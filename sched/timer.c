@@ -126,12 +126,31 @@ static void *service_main(void *arg) {
   return NULL;
 }
 
-static void init_conds(void) {
+/* fork: the child has no service thread (and only the forking thread, so
+ * no timers of its own pending): it starts afresh. */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&svc.lock);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&svc.lock);
+}
+
+static void fork_child(void) {
+  svc.n = 0;
+  svc.firing = NULL;
+  svc.running = false;
+  svc.joinable = false;
+  pthread_mutex_unlock(&svc.lock);
+}
+
+static void init_once(void) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
   pthread_cond_init(&svc.wake, &a);
   pthread_condattr_destroy(&a);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 /* Under the lock: makes sure a thread serves the heap. */
@@ -166,7 +185,7 @@ __attribute__((destructor)) static void service_stop_at_exit(void) {
 }
 
 static int service_arm(iof__timer *t) {
-  pthread_once(&svc.once, init_conds);
+  pthread_once(&svc.once, init_once);
   pthread_mutex_lock(&svc.lock);
   if (svc.n == svc.cap) {
     size_t cap = svc.cap ? svc.cap * 2 : 64;

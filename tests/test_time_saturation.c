@@ -6,7 +6,9 @@
  * has expired; iof_wait_readable(INT64_MAX) waits for the data; timed
  * sync waits with an INT64_MAX deadline wait for their wake (fiber and
  * plain thread); iof_with_deadline(INT64_MAX) lets fn finish. Under UBSan
- * these paths must not report a signed overflow either. */
+ * these paths must not report a signed overflow either.
+ *
+ * IOF_TEST_THREADED */
 #include "test_support.h"
 #include "io_test.h"
 #include "check_test.h"

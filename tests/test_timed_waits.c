@@ -11,7 +11,8 @@
  *   10,000 (its shadow memory and slower switches), under TSan 1,000 (it
  *   counts fibers as threads, with a large state each, up to 8,128).
  * - A timed wait on a thread-pool fiber and from a plain thread time out
- *   through the timer service, whose thread stops once idle.
+ *   through the timer service, whose thread stops once idle; a forked
+ *   child starts its own.
  * - Cancel racing timeout racing wake, 10,000 rounds over a thread pool
  *   and an io_context run by another thread: each waiter resumes exactly
  *   once with one of the three results, and the semaphore unit is either
@@ -29,6 +30,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "sched/timer_internal.h"
 
@@ -241,6 +244,39 @@ static void timed_waits_on_a_pool_and_a_thread_use_the_service(void **state) {
   assert_no_failures();
 }
 
+/* ---- fork ---------------------------------------------------------------- */
+
+static void *service_busy(void *arg) {
+  iof_sem *s = arg;
+  /* Keeps a timer armed on the service while the main thread forks. */
+  iof_sem_timedwait(s, iof_deadline_after(200 * MS));
+  return NULL;
+}
+
+static void a_forked_child_gets_its_own_timer_service(void **state) {
+  (void)state;
+  if (UNDER_TSAN) skip(); /* TSan does not support threads after fork */
+  iof_sem s;
+  assert_int_equal(iof_sem_init(&s, 0), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, service_busy, &s), 0);
+  sleep_ms(20);
+  assert_true(iof__timer_service_running());
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    /* The parent's service thread does not exist here. */
+    int r = iof_sem_timedwait(&s, iof_deadline_after(10 * MS));
+    _exit(r == -ETIMEDOUT ? 0 : 1);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  pthread_join(th, NULL);
+  assert_int_equal(iof_sem_destroy(&s), 0);
+}
+
 /* ---- cancel racing timeout racing wake ---------------------------------- */
 
 typedef struct race {
@@ -355,6 +391,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
       T(many_timed_waits_of_each_kind_all_time_out),
       T(timed_waits_on_a_pool_and_a_thread_use_the_service),
+      T(a_forked_child_gets_its_own_timer_service),
       T(cancel_timeout_and_wake_race_resume_once),
 #undef T
   };
