@@ -100,6 +100,21 @@ IOF_HIDDEN bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h);
 /* CLOCK_MONOTONIC in nanoseconds (deadlines of sched/ and io/). */
 IOF_HIDDEN int64_t iof__now_ns(void);
 
+/* a + b and a - b saturated to int64_t: every deadline and timeout
+ * computation goes through these, so INT64_MAX stays "never" and INT64_MIN
+ * "long past" instead of wrapping around. */
+static inline int64_t iof__sat_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
+
+static inline int64_t iof__sat_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) return b < 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
+
 /* The fiber's context is shutting down (await refuses to start). */
 IOF_HIDDEN bool iof__env_stopping(const iof_env *env);
 
