@@ -18,10 +18,12 @@ typedef struct iof_transfer {
   void *data;
 } iof_transfer;
 
+/* IOF_FCTX_JUMP_NAME: the symbol jump_fcontext binds to, for assembly that
+ * enters it by a jump (fiber.c's switch stub). */
 #if defined(IOF_FCONTEXT_CXX_ABI) && IOF_FCONTEXT_CXX_ABI
 /* transfer_t jump_fcontext(fcontext_t, void *) */
-#define IOF_FCTX_JUMP_SYM                                                      \
-  __asm__("_ZN5boost7context6detail13jump_fcontextEPvS2_")
+#define IOF_FCTX_JUMP_NAME "_ZN5boost7context6detail13jump_fcontextEPvS2_"
+#define IOF_FCTX_JUMP_SYM __asm__(IOF_FCTX_JUMP_NAME)
 /* fcontext_t make_fcontext(void *, std::size_t, void (*)(transfer_t)) */
 #define IOF_FCTX_MAKE_SYM                                                      \
   __asm__("_ZN5boost7context6detail13make_fcontextEPvmPFvNS1_10transfer_tEE")
@@ -30,6 +32,7 @@ typedef struct iof_transfer {
   __asm__(                                                                     \
       "_ZN5boost7context6detail14ontop_fcontextEPvS2_PFNS1_10transfer_tES3_E")
 #else
+#define IOF_FCTX_JUMP_NAME "jump_fcontext"
 #define IOF_FCTX_JUMP_SYM
 #define IOF_FCTX_MAKE_SYM
 #define IOF_FCTX_ONTOP_SYM
