@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -424,6 +425,9 @@ ssize_t iof_readv(iof_socket *s, const struct iovec *iov, int iovcnt) {
   size_t total = 0;
   for (int i = 0; i < iovcnt; i++) {
     if (!iov[i].iov_base && iov[i].iov_len) return -EFAULT;
+    /* As readv(2)/writev(2): a total past SSIZE_MAX is EINVAL (and must
+     * not wrap into a small one). */
+    if (iov[i].iov_len > (size_t)SSIZE_MAX - total) return -EINVAL;
     total += iov[i].iov_len;
   }
   int r = byte_check(s, iov, total);
@@ -509,6 +513,9 @@ ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt) {
   size_t total = 0;
   for (int i = 0; i < iovcnt; i++) {
     if (!iov[i].iov_base && iov[i].iov_len) return -EFAULT;
+    /* As readv(2)/writev(2): a total past SSIZE_MAX is EINVAL (and must
+     * not wrap into a small one). */
+    if (iov[i].iov_len > (size_t)SSIZE_MAX - total) return -EINVAL;
     total += iov[i].iov_len;
   }
   int r = byte_check(s, iov, total);
@@ -590,6 +597,9 @@ static int wait_fd(iof_io_context *io, int fd, int ev, int64_t timeout_ns) {
   f.w.io = io;
   f.w.arm = fd_arm;
   f.w.disarm = fd_disarm;
+  /* The wait adds the timeout to the clock: keep the sum in range (146
+   * years is still "no time soon"). */
+  if (timeout_ns > INT64_MAX / 2) timeout_ns = INT64_MAX / 2;
   f.w.timeout_ns = timeout_ns < 0 ? -1 : timeout_ns;
   return iof__wait(&f.w);
 }

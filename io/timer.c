@@ -29,11 +29,16 @@ static int sleep_to(int64_t ns, int64_t deadline) {
 
 int iof_sleep_for(int64_t ns) {
   int64_t now = iof__now_ns();
-  return sleep_to(ns, ns > 0 ? now + ns : now);
+  /* Saturate: a huge ns is a very long sleep, never a wrapped deadline. */
+  return sleep_to(ns, ns <= 0                ? now
+                      : ns > INT64_MAX - now ? INT64_MAX
+                                             : now + ns);
 }
 
 int iof_sleep_until(int64_t deadline_ns) {
-  return sleep_to(deadline_ns - iof__now_ns(), deadline_ns);
+  int64_t now = iof__now_ns();
+  /* A deadline far in the past must not wrap into a huge positive wait. */
+  return sleep_to(deadline_ns > now ? deadline_ns - now : 0, deadline_ns);
 }
 
 struct iof_timer {
@@ -100,7 +105,8 @@ int iof_timer_expires_at(iof_timer *t, int64_t deadline_ns) {
 }
 
 int iof_timer_expires_after(iof_timer *t, int64_t ns) {
-  return iof_timer_expires_at(t, iof__now_ns() + ns);
+  int64_t now = iof__now_ns(); /* saturating: now >= 0 */
+  return iof_timer_expires_at(t, ns > INT64_MAX - now ? INT64_MAX : now + ns);
 }
 
 int64_t iof_timer_expiry(const iof_timer *t) {
