@@ -126,9 +126,11 @@ static size_t plain_default_stack(void) {
 
 int iof_compat_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                               void *(*fn)(void *), void *arg) {
+  /* Checked for plain threads too: glibc would start a thread that jumps
+   * to NULL, or write through a NULL id. */
+  if (!thread || !fn) return EINVAL;
   iof_fiber *self = iof__sync_fiber();
   if (!self) return iof__libc.pthread_create(thread, attr, fn, arg);
-  if (!thread || !fn) return EINVAL;
   size_t stack = iof__compat_thread_stack();
   int det = PTHREAD_CREATE_JOINABLE;
   if (attr) {

@@ -45,7 +45,8 @@ extern "C" {
  * the attr's stack size (if set) and detach state are honoured. Its stack
  * is returned as soon as it ends; only a small join record waits for
  * pthread_join (or is freed at once when detached). Outside a fiber: the
- * real pthread_create. 0; EAGAIN (no memory or shutting down); EINVAL. */
+ * real pthread_create. 0; EAGAIN (no memory or shutting down); EINVAL
+ * (also, on any thread, for a NULL thread or fn). */
 IOF_API int iof_compat_pthread_create(pthread_t *thread,
                                       const pthread_attr_t *attr,
                                       void *(*fn)(void *), void *arg);
