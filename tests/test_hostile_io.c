@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -659,6 +660,71 @@ static void stream_and_reader_bad_arguments(void **state) {
   in_fiber(stream_fn, &c);
 }
 
+/* ---- calls from a thread that does not run the io_context ------------ */
+
+typedef struct busy {
+  iof_io_context *io;
+  atomic_int started, release;
+  int run_rc;
+} busy;
+
+static int busy_fiber(void *arg) {
+  busy *b = arg;
+  atomic_store(&b->started, 1);
+  while (!atomic_load(&b->release)) iof_sleep_for(MS);
+  return 0;
+}
+
+static void *runner(void *arg) {
+  busy *b = arg;
+  b->run_rc = iof_io_context_run(b->io);
+  return NULL;
+}
+
+static int timer_waiter(void *arg) {
+  iof_timer *t = arg;
+  CHECK_EQ(iof_timer_wait(t), -ECANCELED);
+  return 0;
+}
+
+static void wrong_thread_calls(void **state) {
+  (void)state;
+  busy b = {0};
+  b.io = iof_io_context_create();
+  assert_non_null(b.io);
+  iof_socket *u = NULL;
+  assert_int_equal(iof_udp_open(b.io, AF_INET, &u), 0);
+  iof_timer *t = iof_timer_create(b.io);
+  assert_non_null(t);
+  assert_int_equal(iof_timer_expires_after(t, INT64_MAX), 0);
+  launch(b.io, busy_fiber, &b);
+  launch(b.io, timer_waiter, t);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, runner, &b), 0);
+  assert_true(wait_flag(&b.started));
+  sleep_ms(20); /* the waiter is waiting too */
+  /* io runs on the other thread now. */
+  assert_int_equal(iof_io_context_run(b.io), -EBUSY);
+  assert_int_equal(iof_io_context_run_one(b.io), -EBUSY);
+  assert_int_equal(iof_io_context_poll(b.io), -EBUSY);
+  assert_int_equal(iof_io_context_run_for(b.io, MS), -EBUSY);
+  assert_int_equal(iof_io_context_destroy(b.io), -EBUSY);
+  assert_int_equal(iof_socket_set_deadline(u, IOF_READ, 1), -EPERM);
+  assert_int_equal(iof_socket_set_timeout(u, IOF_READ, 1), -EPERM);
+  assert_int_equal(iof_socket_close(u), -EPERM);
+  assert_int_equal(iof_socket_free(u), -EPERM);
+  assert_true(iof_socket_fd(u) >= 0);             /* still open, still owned */
+  assert_int_equal(iof_timer_destroy(t), -EBUSY); /* a fiber waits */
+  assert_int_equal(iof_timer_cancel(t), 1);       /* any thread */
+  atomic_store(&b.release, 1);
+  pthread_join(th, NULL);
+  assert_true(b.run_rc >= 2);
+  assert_int_equal(iof_timer_destroy(t), 0);
+  assert_int_equal(iof_socket_free(u), 0);
+  assert_int_equal(iof_io_context_destroy(b.io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 /* ---- deadlines and shields -------------------------------------------- */
 
 static int ret5(void *arg) {
@@ -712,6 +778,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(socket_calls_in_fibers, reset, disarm),
       cmocka_unit_test_setup_teardown(stream_and_reader_bad_arguments, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(deadline_bad_arguments, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -183,6 +183,32 @@ static void stop_bad_arguments(void **state) {
   iof_stop_token_release(t);
 }
 
+static void stop_double_register_is_ebusy(void **state) {
+  (void)state;
+  iof_stop_source src;
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  iof_stop_token t = iof_stop_source_token(&src);
+  int hits = 0, other = 0;
+  iof_stop_callback cb, cb2;
+  memset(&cb, 0, sizeof cb);
+  memset(&cb2, 0, sizeof cb2);
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), 0);
+  assert_int_equal(iof_stop_callback_register(&cb2, t, noop_cb, &other), 0);
+  /* Again while linked, as head and not head: refused, list intact. */
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), -EBUSY);
+  assert_int_equal(iof_stop_callback_register(&cb2, t, noop_cb, &other),
+                   -EBUSY);
+  assert_true(iof_stop_source_request(&src)); /* no loop, each once */
+  assert_int_equal(hits, 1);
+  assert_int_equal(other, 1);
+  iof_stop_callback_unregister(&cb);
+  iof_stop_callback_unregister(&cb2);
+  /* Unregistered: it may be registered again (fires at once now). */
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), 1);
+  assert_int_equal(hits, 2);
+  iof_stop_source_destroy(&src);
+}
+
 /* ---- launch, await, run, yield ---------------------------------------- */
 
 static iof_fiber *aw_suspend(void *self, iof_fiber *h, const iof_env *env) {
@@ -561,6 +587,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(executor_and_context_bad_arguments, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(stop_bad_arguments, reset, disarm),
+      cmocka_unit_test_setup_teardown(stop_double_register_is_ebusy, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(launch_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(launch_misuse_inside_fiber, reset,
                                       disarm),

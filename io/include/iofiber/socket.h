@@ -114,10 +114,12 @@ IOF_API int iof_socket_shutdown(iof_socket *s, int how);
 
 /* Closes the descriptor; pending operations complete with -ECANCELED.
  * 0; a second close is harmless (0); -EINVAL on NULL. From a fiber on any
- * executor, or from a thread while the io_context is not running. */
+ * executor, or from a thread while the io_context is not running (else
+ * -EPERM, nothing closed). */
 IOF_API int iof_socket_close(iof_socket *s);
 
-/* Closes if open, then frees the object. -EINVAL on NULL. */
+/* Closes if open, then frees the object. -EINVAL on NULL; -EPERM as
+ * iof_socket_close (nothing freed). */
 IOF_API int iof_socket_free(iof_socket *s);
 
 /* The descriptor, or -EBADF once closed. */
