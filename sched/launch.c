@@ -100,7 +100,8 @@ int iof__run_async_ex(iof_executor_ref ex, const iof_launch_opts *opts,
                       void (*on_freed)(void *user, int status)) {
   static const iof_launch_opts none;
   if (!opts) opts = &none;
-  if (!ex.vt || !fn) return -EINVAL;
+  /* A user vtable without post (or dispatch) could never run the chain. */
+  if (!ex.vt || !fn || !ex.vt->post || !ex.vt->dispatch) return -EINVAL;
   iof_execution_context *ctx = iof_executor_context(ex);
   if (iof_execution_context_stopping(ctx)) return -ESHUTDOWN;
   iof_frame_allocator *alloc = opts->frame_allocator

@@ -132,6 +132,29 @@ static void executor_and_context_bad_arguments(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+static void user_executor_without_slots(void **state) {
+  (void)state;
+  static const iof_executor_vtbl empty_vt = {NULL, NULL, NULL,
+                                             NULL, NULL, NULL};
+  static int obj;
+  iof_executor_ref ex = iof_executor_make(&obj, &empty_vt);
+  iof_fiber *f = iof_fiber_create(NULL, 0, ret0, NULL);
+  assert_non_null(f);
+  assert_int_equal(iof_executor_post(ex, f), -EINVAL);
+  errno = 0;
+  assert_null(iof_executor_dispatch(ex, f));
+  assert_int_equal(errno, EINVAL);
+  assert_null(iof_executor_context(ex));
+  assert_false(iof_executor_equal(ex, iof_executor_make(&f, &empty_vt)));
+  iof_executor_on_work_started(ex);
+  iof_executor_on_work_finished(ex);
+  assert_int_equal(iof_launch(ex, ret0, NULL), -EINVAL);
+  assert_int_equal(iof_fiber_destroy(f), 0);
+  iof_work_guard g;
+  assert_int_equal(iof_work_guard_init(&g, ex), 0);
+  iof_work_guard_reset(&g);
+}
+
 /* ---- stop tokens ------------------------------------------------------ */
 
 static void noop_cb(void *arg) {
@@ -467,6 +490,82 @@ static void sync_misuse_from_a_fiber(void **state) {
   in_fiber(sync_misuse_fiber, NULL);
 }
 
+/* Destroying primitives while fibers wait on them: -EBUSY, nothing
+ * broken, the waiters complete normally afterwards. */
+typedef struct waited {
+  iof_chan *ch;
+  iof_mutex m;
+  iof_sem s;
+  iof_event e;
+  int done;
+} waited;
+
+static int w_chan(void *arg) {
+  waited *w = arg;
+  CHECK_EQ(iof_chan_recv(w->ch, NULL), -EPIPE);
+  w->done++;
+  return 0;
+}
+
+static int w_mutex(void *arg) {
+  waited *w = arg;
+  CHECK_EQ(iof_mutex_lock(&w->m), 0);
+  CHECK_EQ(iof_mutex_unlock(&w->m), 0);
+  w->done++;
+  return 0;
+}
+
+static int w_sem(void *arg) {
+  waited *w = arg;
+  CHECK_EQ(iof_sem_wait(&w->s), 0);
+  w->done++;
+  return 0;
+}
+
+static int w_event(void *arg) {
+  waited *w = arg;
+  CHECK_EQ(iof_event_wait(&w->e), 0);
+  w->done++;
+  return 0;
+}
+
+static int w_checker(void *arg) {
+  waited *w = arg;
+  iof_executor_ref ex = iof_env_current()->executor;
+  CHECK_EQ(iof_mutex_lock(&w->m), 0);
+  iof_fn fns[] = {w_chan, w_mutex, w_sem, w_event};
+  for (size_t i = 0; i < 4; i++) CHECK_EQ(iof_launch(ex, fns[i], w), 0);
+  for (int i = 0; i < 5; i++) iof_yield();
+  CHECK_EQ(iof_chan_destroy(w->ch), -EBUSY);
+  CHECK_EQ(iof_mutex_destroy(&w->m), -EBUSY);
+  CHECK_EQ(iof_sem_destroy(&w->s), -EBUSY);
+  CHECK_EQ(iof_event_destroy(&w->e), -EBUSY);
+  CHECK_EQ(iof_sem_value(&w->s), 0);
+  CHECK_EQ(w->done, 0);
+  CHECK_EQ(iof_chan_close(w->ch), 0);
+  CHECK_EQ(iof_mutex_unlock(&w->m), 0);
+  CHECK_EQ(iof_sem_post(&w->s), 0);
+  CHECK_EQ(iof_event_set(&w->e), 0);
+  return 0;
+}
+
+static void destroy_with_waiters_is_ebusy(void **state) {
+  (void)state;
+  waited w;
+  memset(&w, 0, sizeof w);
+  w.ch = iof_chan_create(sizeof(int), 0);
+  assert_non_null(w.ch);
+  assert_int_equal(iof_mutex_init(&w.m), 0);
+  assert_int_equal(iof_sem_init(&w.s, 0), 0);
+  assert_int_equal(iof_event_init(&w.e, true), 0);
+  in_fiber(w_checker, &w);
+  assert_int_equal(w.done, 4);
+  assert_int_equal(iof_chan_destroy(w.ch), 0);
+  assert_int_equal(iof_mutex_destroy(&w.m), 0);
+  assert_int_equal(iof_sem_destroy(&w.s), 0);
+  assert_int_equal(iof_event_destroy(&w.e), 0);
+}
+
 /* ---- channels --------------------------------------------------------- */
 
 static void chan_bad_arguments(void **state) {
@@ -586,6 +685,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(executor_and_context_bad_arguments, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(user_executor_without_slots, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(stop_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(stop_double_register_is_ebusy, reset,
                                       disarm),
@@ -599,6 +700,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(sync_null_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_misuse_from_a_thread, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_misuse_from_a_fiber, reset, disarm),
+      cmocka_unit_test_setup_teardown(destroy_with_waiters_is_ebusy, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(chan_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(when_bad_arguments, reset, disarm),
   };

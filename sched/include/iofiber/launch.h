@@ -22,9 +22,10 @@ typedef struct iof_launch_opts {
  * (executor, the token retained for the chain's life, allocator) and posts
  * it; never runs fn before returning. The chain counts as work on ex until
  * on_done has run and its stack is freed. 0; -EINVAL (empty ex, NULL fn,
- * bad stack size); -ESHUTDOWN (ex's context is shutting down); -ENOMEM.
- * Nothing is allocated on failure. Called in a fiber, the new chain
- * inherits neither the caller's token nor its allocator. */
+ * bad stack size, a vtable without post or dispatch); -ESHUTDOWN (ex's context
+ * is shutting down); -ENOMEM. Nothing is allocated on failure. Called in a
+ * fiber, the new chain inherits neither the caller's token nor its allocator.
+ */
 IOF_API int iof_run_async(iof_executor_ref ex, const iof_launch_opts *opts,
                           iof_fn fn, void *arg);
 
