@@ -187,6 +187,13 @@ static void compat_fd_calls(void **state) {
 static int poll_calls(void *arg) {
   (void)arg;
   CHECK_ERR(iof_compat_poll(NULL, 1, 0), EFAULT);
+  CHECK_ERR(iof_compat_poll(NULL, 1, 10), EFAULT);
+  struct timespec ten_ms = {0, 10000000};
+  CHECK_ERR(iof_compat_ppoll(NULL, 2, &ten_ms, NULL), EFAULT);
+  if (in_a_fiber) { /* the plain call truncates the count and blocks */
+    struct pollfd one = {-1, POLLIN, 0};
+    CHECK_ERR(iof_compat_poll(&one, ((nfds_t)1 << 32) | 1, 10), EINVAL);
+  }
   struct pollfd pf = {-1, POLLIN, 0};
   CHECK_EQ(iof_compat_poll(&pf, 1, 0), 0); /* negative fds are ignored */
   pf.fd = INT_MAX;
