@@ -242,9 +242,9 @@ void iof_compat_pthread_exit(void *retval) {
  * descriptor: these answer for fiber threads and pass real ids on. */
 
 int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
+  if (!name) return EINVAL; /* glibc would strlen(NULL) */
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_setname_np(thread, name);
-  if (!name) return EINVAL;
   if (strlen(name) > 15) return ERANGE;
   iof__lk_lock(&t->lk);
   if (t->fiber) iof_fiber_set_name(t->fiber, name);
@@ -253,9 +253,9 @@ int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
 }
 
 int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
+  if (!buf) return EINVAL; /* glibc would write through it */
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_getname_np(thread, buf, len);
-  if (!buf) return EINVAL;
   iof__lk_lock(&t->lk);
   const char *n = t->fiber ? iof_fiber_name(t->fiber) : "";
   size_t l = strlen(n);
@@ -281,6 +281,7 @@ int iof_compat_pthread_cancel(pthread_t thread) {
 }
 
 int iof_compat_pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
+  if (!attr) return EINVAL;
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_getattr_np(thread, attr);
   int r = pthread_attr_init(attr);

@@ -398,6 +398,12 @@ static int thread_calls(void *arg) {
   pthread_t self = iof_compat_pthread_self();
   CHECK_EQ(iof_compat_pthread_setname_np(self, "a-much-too-long-name"), ERANGE);
   CHECK_EQ(iof_compat_pthread_getname_np(self, name, 1), ERANGE);
+  CHECK_EQ(iof_compat_pthread_setname_np(self, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_getname_np(self, NULL, 16), EINVAL);
+  CHECK_EQ(iof_compat_pthread_getattr_np(self, NULL), EINVAL);
+  pthread_attr_t at;
+  CHECK_EQ(iof_compat_pthread_getattr_np(self, &at), 0);
+  pthread_attr_destroy(&at);
   CHECK_EQ(iof_compat_pthread_kill(self, 0), 0);
   CHECK_EQ(iof_compat_pthread_kill(self, -1), EINVAL);
   CHECK_EQ(iof_compat_pthread_kill(self, 1000), EINVAL);

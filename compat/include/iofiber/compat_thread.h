@@ -76,7 +76,8 @@ IOF_API void iof_compat_pthread_exit(void *retval) __attribute__((noreturn));
  * the fiber's name (15 characters max: ERANGE), kill with 0 checks it
  * exists and otherwise signals the process, cancel gives ENOTSUP (no
  * cancellation for fiber threads), getattr reports its stack size and
- * detach state. Real thread ids go to the real calls. */
+ * detach state. Real thread ids go to the real calls. A NULL name, buf or
+ * attr is EINVAL for any id (glibc would crash on it). */
 IOF_API int iof_compat_pthread_setname_np(pthread_t thread, const char *name);
 IOF_API int iof_compat_pthread_getname_np(pthread_t thread, char *buf,
                                           size_t len);
