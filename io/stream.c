@@ -5,6 +5,7 @@
 #include "io/socket_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,13 +15,16 @@
 ssize_t iof_stream_read_some(iof_stream *s, void *buf, size_t len) {
   if (!s || !s->vtbl) return -EINVAL;
   if (!s->vtbl->read_some) return -ENOTSUP;
-  return s->vtbl->read_some(s, buf, len);
+  ssize_t n = s->vtbl->read_some(s, buf, len);
+  /* A count past len would make every caller's bookkeeping overrun. */
+  return n > (ssize_t)len && len <= SSIZE_MAX ? -EPROTO : n;
 }
 
 ssize_t iof_stream_write_some(iof_stream *s, const void *buf, size_t len) {
   if (!s || !s->vtbl) return -EINVAL;
   if (!s->vtbl->write_some) return -ENOTSUP;
-  return s->vtbl->write_some(s, buf, len);
+  ssize_t n = s->vtbl->write_some(s, buf, len);
+  return n > (ssize_t)len && len <= SSIZE_MAX ? -EPROTO : n;
 }
 
 int iof_stream_close(iof_stream *s) {

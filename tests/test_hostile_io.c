@@ -513,6 +513,27 @@ static ssize_t only_read(iof_stream *s, void *buf, size_t len) {
 
 static const iof_stream_vtbl partial_vt = {only_read, NULL, NULL, NULL, NULL};
 
+/* A lying stream: claims more bytes than asked for. */
+static ssize_t liar_read(iof_stream *s, void *buf, size_t len) {
+  (void)s;
+  memset(buf, 'a', len);
+  return (ssize_t)len + 100;
+}
+
+static ssize_t liar_write(iof_stream *s, const void *buf, size_t len) {
+  (void)s;
+  (void)buf;
+  return (ssize_t)len + 1;
+}
+
+static int liar_close(iof_stream *s) {
+  (void)s;
+  return 0;
+}
+
+static const iof_stream_vtbl liar_vt = {liar_read, liar_write, liar_close, NULL,
+                                        NULL};
+
 static int stream_fn(void *arg) {
   ctx *c = arg;
   iof_stream *a = NULL, *b = NULL;
@@ -568,6 +589,38 @@ static int stream_fn(void *arg) {
   huge.buf_len = SIZE_MAX / 2 + 1;
   CHECK_EQ(iof_stream_relay(a, b, &huge, NULL, NULL), -ENOMEM);
   CHECK_EQ(iof_stream_relay(a, a, NULL, NULL, NULL), -EINVAL);
+
+  iof_stream liar = {&liar_vt};
+  CHECK_EQ(iof_stream_read_some(&liar, buf, 8), -EPROTO);
+  CHECK_EQ(iof_stream_write(&liar, buf, 8), -EPROTO);
+  size_t lf = 0;
+  CHECK_EQ(iof_stream_read_until(&liar, buf, 8, &lf, "\n", 1), -EPROTO);
+  CHECK_EQ(lf, 0);
+  CHECK_EQ(iof_stream_copy(a, &liar, NULL, NULL), -EPROTO);
+  iof_reader lr;
+  char lbuf[8];
+  CHECK_EQ(iof_reader_init(&lr, &liar, lbuf, sizeof lbuf), 0);
+  iof_bytes lo;
+  CHECK_EQ(iof_reader_read_line(&lr, &lo), -EPROTO);
+  CHECK_EQ(iof_reader_read_exact(&lr, 4, &lo), -EPROTO);
+  iof_reader_destroy(&lr);
+
+  /* An idle limit of INT64_MAX: a normal copy. */
+  iof_copy_opts far = {0};
+  far.idle_ns = INT64_MAX;
+  CHECK_EQ(iof_stream_write(b, "abc", 3), 3);
+  CHECK_EQ(iof_stream_shutdown_write(b), 0);
+  iof_stream *c2 = NULL, *d2 = NULL;
+  CHECK_EQ(iof_stream_pipe(c->io, &c2, &d2), 0);
+  uint64_t copied = 0;
+  CHECK_EQ(iof_stream_copy(c2, a, &far, &copied), 0);
+  CHECK_EQ(copied, 3);
+  CHECK_EQ(iof_stream_read(d2, buf, sizeof buf), 3);
+  CHECK_EQ(iof_stream_pipe_free(c2), 0);
+  CHECK_EQ(iof_stream_pipe_free(d2), 0);
+  CHECK_EQ(iof_stream_pipe_free(a), 0);
+  CHECK_EQ(iof_stream_pipe_free(b), 0);
+  CHECK_EQ(iof_stream_pipe(c->io, &a, &b), 0);
 
   CHECK_EQ(iof_stream_pipe_free(NULL), -EINVAL);
   CHECK_EQ(iof_stream_pipe_free(&part), -EINVAL);

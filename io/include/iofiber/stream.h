@@ -32,7 +32,8 @@ struct iof_stream {
 };
 
 /* Dispatch to the vtable; -EINVAL on a NULL stream (or NULL vtbl),
- * -ENOTSUP when the vtable leaves that entry NULL. */
+ * -ENOTSUP when the vtable leaves that entry NULL, -EPROTO when it
+ * claims more bytes than len. */
 IOF_API ssize_t iof_stream_read_some(iof_stream *s, void *buf, size_t len);
 IOF_API ssize_t iof_stream_write_some(iof_stream *s, const void *buf,
                                       size_t len);
