@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 
 #define MS 1000000LL
@@ -778,6 +779,66 @@ static void wrong_thread_calls(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* ---- out of descriptors ------------------------------------------------ */
+
+typedef struct nofd {
+  iof_io_context *io;
+  iof_socket *l;
+  int port;
+} nofd;
+
+static int nofd_fn(void *arg) {
+  nofd *n = arg;
+  iof_socket *s = NULL;
+  iof_stream *a = NULL, *b = NULL;
+  CHECK_EQ(iof_stream_pipe(n->io, &a, &b), -EMFILE);
+  CHECK_EQ(a == NULL && b == NULL, 1);
+  CHECK_EQ(iof_udp_open(n->io, AF_INET, &s), -EMFILE);
+  CHECK_EQ(iof_tcp_listen(n->io, "127.0.0.1", "0", 0, 0, &s), -EMFILE);
+  char port[16];
+  snprintf(port, sizeof port, "%d", n->port);
+  int r = iof_tcp_connect(n->io, "127.0.0.1", port, &s);
+  CHECK_EQ(r, -EMFILE);
+  errno = 0;
+  CHECK(iof_io_context_create() == NULL);
+  CHECK(errno == EMFILE || errno == ENFILE);
+  return 0;
+}
+
+static void out_of_descriptors(void **state) {
+  (void)state;
+  nofd n = {0};
+  n.io = iof_io_context_create();
+  assert_non_null(n.io);
+  assert_int_equal(iof_tcp_listen(n.io, "127.0.0.1", "0", 0, 0, &n.l), 0);
+  n.port = iof_socket_local_port(n.l);
+  struct rlimit old, low;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+  /* Fill the table up to a low limit. */
+  int fds[256], nf = 0;
+  low = old;
+  int top = dup(0);
+  assert_true(top >= 0);
+  close(top);
+  low.rlim_cur = (rlim_t)top + 64;
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+  int fd;
+  while (nf < 256 && (fd = dup(0)) >= 0) fds[nf++] = fd;
+  assert_int_equal(errno, EMFILE);
+  launch(n.io, nofd_fn, &n);
+  run_all(n.io);
+  for (int i = 0; i < nf; i++) close(fds[i]);
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+  /* Everything works again. */
+  iof_stream *a = NULL, *b = NULL;
+  assert_int_equal(iof_stream_pipe(n.io, &a, &b), 0);
+  assert_int_equal(iof_stream_pipe_free(a), 0);
+  assert_int_equal(iof_stream_pipe_free(b), 0);
+  assert_int_equal(iof_socket_free(n.l), 0);
+  assert_int_equal(iof_io_context_destroy(n.io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 /* ---- deadlines and shields -------------------------------------------- */
 
 static int ret5(void *arg) {
@@ -832,6 +893,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(stream_and_reader_bad_arguments, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(out_of_descriptors, reset, disarm),
       cmocka_unit_test_setup_teardown(deadline_bad_arguments, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -671,6 +671,30 @@ static int when_inside(void *arg) {
   return 0;
 }
 
+/* A select sending and receiving on the same unbuffered channel must not
+ * rendezvous with itself. */
+static int self_select_fn(void *arg) {
+  (void)arg;
+  iof_chan *ch = iof_chan_create(sizeof(int), 0);
+  int v = 7, out = 0;
+  iof_chan_case cs[2] = {{ch, IOF_CHAN_SEND, &v, 0},
+                         {ch, IOF_CHAN_RECV, &out, 0}};
+  CHECK_EQ(iof_chan_try_select(cs, 2), -EAGAIN);
+  CHECK_EQ(iof_chan_select_until(cs, 2, iof_deadline_after(20000000)),
+           -ETIMEDOUT);
+  CHECK_EQ(out, 0);
+  CHECK_EQ(iof_chan_len(ch), 0);
+  CHECK_EQ(iof_chan_destroy(ch), 0);
+  return 0;
+}
+
+static void select_never_matches_itself(void **state) {
+  (void)state;
+  assert_int_equal(self_select_fn(NULL), 0); /* a plain thread */
+  assert_int_equal(atomic_load(&failures), 0);
+  in_fiber(self_select_fn, NULL);
+}
+
 static void when_bad_arguments(void **state) {
   (void)state;
   iof_fn fns[1] = {ret0};
@@ -703,6 +727,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(destroy_with_waiters_is_ebusy, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(chan_bad_arguments, reset, disarm),
+      cmocka_unit_test_setup_teardown(select_never_matches_itself, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(when_bad_arguments, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
