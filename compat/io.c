@@ -335,8 +335,19 @@ int iof_compat_dup(int fd) {
   return r;
 }
 
+/* Whether dup2/dup3 onto fd2 can succeed: only then may fd2's record be
+ * reset (a failed call leaves fd2 open, its waiters must keep waiting). */
+static bool dup_ok(int fd, int fd2) {
+  if (fd2 < 0 || iof__libc.fcntl(fd, F_GETFD) < 0) {
+    errno = EBADF;
+    return false;
+  }
+  return true;
+}
+
 int iof_compat_dup2(int fd, int fd2) {
   if (fd == fd2) return iof__libc.dup2(fd, fd2);
+  if (!dup_ok(fd, fd2)) return -1;
   iof__fd_reset(fd2, 0); /* its waiters see EBADF, never the new file */
   int r = iof__libc.dup2(fd, fd2);
   if (r >= 0) inherit(fd, r);
@@ -344,7 +355,12 @@ int iof_compat_dup2(int fd, int fd2) {
 }
 
 int iof_compat_dup3(int fd, int fd2, int flags) {
-  if (fd != fd2) iof__fd_reset(fd2, 0);
+  if (fd == fd2 || (flags & ~O_CLOEXEC)) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (!dup_ok(fd, fd2)) return -1;
+  iof__fd_reset(fd2, 0);
   int r = iof__libc.dup3(fd, fd2, flags);
   if (r >= 0) inherit(fd, r);
   return r;

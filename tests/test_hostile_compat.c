@@ -182,6 +182,70 @@ static void compat_fd_calls(void **state) {
   both_ways(fd_calls);
 }
 
+/* A failed dup2/dup3 must leave the target fd's record alone: its
+ * non-blocking view and timeouts stay, its waiters keep waiting. */
+static int dup_fail_fn(void *arg) {
+  (void)arg;
+  int fds[2];
+  CHECK_EQ(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  CHECK_EQ(iof_compat_fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+  int closed = iof_compat_dup(fds[1]);
+  CHECK_EQ(iof_compat_close(closed), 0);
+  CHECK_ERR(iof_compat_dup2(closed, fds[0]), EBADF);
+  CHECK_ERR(iof_compat_dup2(-1, fds[0]), EBADF);
+  CHECK_ERR(iof_compat_dup3(closed, fds[0], 0), EBADF);
+  CHECK_ERR(iof_compat_dup3(fds[1], fds[0], 0x7fff0000), EINVAL);
+  CHECK_EQ(iof_compat_fcntl(fds[0], F_GETFL) & O_NONBLOCK, O_NONBLOCK);
+  char c;
+  CHECK_ERR(iof_compat_read(fds[0], &c, 1), EAGAIN); /* still the user's */
+  CHECK_EQ(iof_compat_close(fds[0]), 0);
+  CHECK_EQ(iof_compat_close(fds[1]), 0);
+  return 0;
+}
+
+typedef struct dup_wait {
+  int fds[2];
+  ssize_t got;
+  int err;
+} dup_wait;
+
+static int dup_waiter(void *arg) {
+  dup_wait *d = arg;
+  char buf[8];
+  errno = 0;
+  d->got = iof_compat_read(d->fds[0], buf, sizeof buf);
+  d->err = errno;
+  return 0;
+}
+
+static int dup_spoiler(void *arg) {
+  dup_wait *d = arg;
+  iof_sleep_for(10 * MS); /* the waiter waits */
+  int closed = iof_compat_dup(d->fds[1]);
+  CHECK_EQ(iof_compat_close(closed), 0);
+  CHECK_ERR(iof_compat_dup2(closed, d->fds[0]), EBADF);
+  CHECK_ERR(iof_compat_dup3(closed, d->fds[0], 0), EBADF);
+  iof_sleep_for(10 * MS);
+  CHECK_EQ(iof_compat_write(d->fds[1], "hey", 3), 3);
+  return 0;
+}
+
+static void compat_failed_dup_keeps_target(void **state) {
+  (void)state;
+  both_ways(dup_fail_fn);
+  dup_wait d = {{-1, -1}, 0, 0};
+  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, d.fds), 0);
+  iof_io_context *io = iof_io_context_create();
+  launch(io, dup_waiter, &d);
+  launch(io, dup_spoiler, &d);
+  run_all(io);
+  assert_int_equal(d.got, 3); /* not EBADF: fds[0] never closed */
+  assert_int_equal(atomic_load(&failures), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  iof_compat_close(d.fds[0]);
+  iof_compat_close(d.fds[1]);
+}
+
 /* ---- poll/select/epoll and sleeps ------------------------------------- */
 
 static int poll_calls(void *arg) {
@@ -525,6 +589,8 @@ int main(void) {
   trace = getenv("HOSTILE_TRACE") != NULL;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(compat_fd_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_failed_dup_keeps_target, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(compat_poll_and_sleep_calls, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(huge_compat_sleeps_are_long, reset,
