@@ -371,6 +371,35 @@ static void pool_calls_from_its_own_thread(void **state) {
   assert_int_equal(iof_thread_pool_destroy(ps.p), 0);
 }
 
+static void count_done(void *user, int status) {
+  int *d = user;
+  d[0]++;
+  d[1] = status;
+}
+
+static void pool_launch_after_stop(void **state) {
+  (void)state;
+  iof_thread_pool *p = iof_thread_pool_create(2);
+  assert_non_null(p);
+  iof_thread_pool_stop(p);
+  iof_thread_pool_stop(p); /* twice */
+  int done[2] = {0, 0};
+  iof_launch_opts o = {0};
+  o.on_done = count_done;
+  o.user = done;
+  int r = iof_run_async(iof_thread_pool_executor(p), &o, ret0, NULL);
+  assert_true(r == 0 || r == -ESHUTDOWN);
+  assert_int_equal(iof_thread_pool_join(p), 0);
+  assert_int_equal(iof_thread_pool_join(p), 0); /* twice */
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+  if (r == 0) { /* queued: run or cancelled by destroy, exactly once */
+    assert_int_equal(done[0], 1);
+    assert_true(done[1] == 0 || done[1] == -ECANCELED);
+  } else {
+    assert_int_equal(done[0], 0);
+  }
+}
+
 /* ---- sync primitives -------------------------------------------------- */
 
 static void sync_null_arguments(void **state) {
@@ -721,6 +750,7 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(pool_calls_from_its_own_thread, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(pool_launch_after_stop, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_null_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_misuse_from_a_thread, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_misuse_from_a_fiber, reset, disarm),
