@@ -840,6 +840,118 @@ static void out_of_descriptors(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* ---- a hostile peer feeding a reader random bytes ---------------------- */
+
+typedef struct fuzz {
+  iof_stream *a, *b;
+  unsigned seed;
+  long ops;
+} fuzz;
+
+static unsigned rnd(unsigned *s) {
+  *s = *s * 1103515245u + 12345u;
+  return (*s >> 8) & 0xffffff;
+}
+
+static int fuzz_writer(void *arg) {
+  fuzz *f = arg;
+  unsigned s = f->seed ^ 0x5555;
+  char chunk[300];
+  for (int i = 0; i < 400; i++) {
+    size_t n = 1 + rnd(&s) % sizeof chunk;
+    for (size_t j = 0; j < n; j++) {
+      unsigned r = rnd(&s) % 16;
+      chunk[j] = r < 3 ? '\n' : r < 5 ? '\r' : r < 6 ? '\0' : (char)rnd(&s);
+    }
+    if (iof_stream_write(f->b, chunk, n) != (ssize_t)n) break;
+  }
+  iof_stream_shutdown_write(f->b);
+  return 0;
+}
+
+static int fuzz_reader(void *arg) {
+  fuzz *f = arg;
+  unsigned s = f->seed;
+  char rbuf[64], dst[200];
+  iof_reader r;
+  CHECK_EQ(iof_reader_init(&r, f->a, rbuf, sizeof rbuf), 0);
+  const char *delims[] = {"\n", "\r\n", "\0", "abc", "\n\n\n"};
+  size_t dlens[] = {1, 2, 1, 3, 3};
+  for (;;) {
+    iof_bytes out = {NULL, 0};
+    size_t len = 0;
+    long rc;
+    unsigned op = rnd(&s) % 9;
+    if (op == 0) {
+      rc = iof_reader_read_line(&r, &out);
+    } else if (op == 1) {
+      unsigned d = rnd(&s) % 5;
+      rc = iof_reader_read_until(&r, delims[d], dlens[d], &out);
+    } else if (op == 2) {
+      rc = iof_reader_read_exact(&r, rnd(&s) % 80, &out);
+    } else if (op == 3) {
+      int pfx[] = {1, 2, 4};
+      rc = iof_reader_read_frame(&r, pfx[rnd(&s) % 3], &out);
+    } else if (op == 4) {
+      int pfx[] = {1, 2, 4};
+      rc = iof_reader_read_frame_into(&r, pfx[rnd(&s) % 3], dst,
+                                      rnd(&s) % sizeof dst, &len);
+      CHECK(rc != 1 || len <= sizeof dst);
+    } else if (op == 5) {
+      rc = iof_reader_read(&r, dst, rnd(&s) % sizeof dst);
+    } else if (op == 6) {
+      rc = iof_reader_read_some(&r, dst, 1 + rnd(&s) % sizeof dst);
+    } else if (op == 7) {
+      iof_reader_consume(&r, rnd(&s) % 100);
+      rc = 1;
+    } else {
+      rc = iof_reader_set_max(&r, rnd(&s) % (sizeof rbuf + 1));
+      rc = rc == 0 ? 1 : rc;
+    }
+    f->ops++;
+    /* Views lie inside the buffer. */
+    if (out.data) {
+      CHECK(out.data >= rbuf && out.data + out.len <= rbuf + sizeof rbuf);
+    }
+    iof_bytes buffered;
+    CHECK(iof_reader_buffered(&r, &buffered) <= sizeof rbuf);
+    if (rc == -EMSGSIZE || rc == -EPROTO) {
+      iof_reader_consume(&r, 1 + rnd(&s) % 8); /* skip some bytes */
+      if (rc == -EPROTO) break;
+      continue;
+    }
+    CHECK(rc >= 0);
+    if (rc < 0) break;
+    if (rc == 0 && iof_reader_buffered(&r, &buffered) == 0) {
+      /* end of stream (or a zero-length read): stop on a true end */
+      char one;
+      if (iof_reader_read_some(&r, &one, 1) == 0) break;
+    }
+    if (f->ops > 20000) break;
+  }
+  iof_reader_destroy(&r);
+  return 0;
+}
+
+static void reader_against_random_bytes(void **state) {
+  (void)state;
+  for (unsigned seed = 1; seed <= 6; seed++) {
+    iof_io_context *io = iof_io_context_create();
+    fuzz f = {0};
+    f.seed = seed;
+    assert_int_equal(iof_stream_pipe(io, &f.a, &f.b), 0);
+    launch(io, fuzz_writer, &f);
+    launch(io, fuzz_reader, &f);
+    run_all(io);
+    assert_true(f.ops > 10);
+    if (trace) fprintf(stderr, "seed %u: %ld ops\n", seed, f.ops);
+    assert_int_equal(iof_stream_pipe_free(f.a), 0);
+    assert_int_equal(iof_stream_pipe_free(f.b), 0);
+    assert_int_equal(iof_io_context_destroy(io), 0);
+    assert_int_equal(atomic_load(&failures), 0);
+  }
+}
+
 /* ---- deadlines and shields -------------------------------------------- */
 
 static int ret5(void *arg) {
@@ -895,6 +1007,8 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(out_of_descriptors, reset, disarm),
+      cmocka_unit_test_setup_teardown(reader_against_random_bytes, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(deadline_bad_arguments, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
