@@ -3,7 +3,9 @@
  * the pthread objects, from a plain thread (the libc path) and from a
  * launched fiber (the shim path). Every call must fail as POSIX says
  * (-1 and errno, or the error number for the pthread calls), never crash
- * nor hang. */
+ * nor hang.
+ *
+ * IOF_TEST_THREADED: fds shared by fibers of two io_contexts. */
 #include "test_support.h"
 #include "io_test.h"
 
@@ -16,6 +18,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -244,6 +247,139 @@ static void compat_failed_dup_keeps_target(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
   iof_compat_close(d.fds[0]);
   iof_compat_close(d.fds[1]);
+}
+
+/* ---- random fd operations from several fibers -------------------------- */
+
+#define FZ_FDS 8
+typedef struct fdfuzz {
+  atomic_int fds[FZ_FDS];
+  atomic_uint seed;
+  atomic_long ops;
+  bool mutate; /* close/replace/dup2 too (one thread only: closing an fd
+                  another thread uses is a race TSan reports) */
+} fdfuzz;
+
+static unsigned frnd(unsigned *s) {
+  *s = *s * 1103515245u + 12345u;
+  return (*s >> 8) & 0xffffff;
+}
+
+static void fz_timeouts(int fd) {
+  struct timeval tv = {0, 2000};
+  iof_compat_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  iof_compat_setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+static int fz_fiber(void *arg) {
+  fdfuzz *z = arg;
+  unsigned s = atomic_fetch_add(&z->seed, 77);
+  char buf[512];
+  memset(buf, 'z', sizeof buf);
+  for (int i = 0; i < 1500; i++) {
+    int k = (int)(frnd(&s) % FZ_FDS);
+    int fd = atomic_load(&z->fds[k]);
+    int r;
+    unsigned op = frnd(&s) % 10;
+    if (!z->mutate && (op == 5 || op == 6)) op = 8;
+    switch (op) {
+    case 0:
+    case 1:
+      r = (int)iof_compat_write(fd, buf, 1 + frnd(&s) % sizeof buf);
+      CHECK_EQ(r > 0 || errno == EAGAIN || errno == EBADF || errno == EPIPE ||
+                   errno == ECONNRESET,
+               1);
+      break;
+    case 2:
+    case 3:
+      r = (int)iof_compat_read(fd, buf, 1 + frnd(&s) % sizeof buf);
+      CHECK_EQ(r >= 0 || errno == EAGAIN || errno == EBADF ||
+                   errno == ECONNRESET,
+               1);
+      break;
+    case 4: {
+      struct pollfd pf[2] = {
+          {fd, POLLIN, 0},
+          {atomic_load(&z->fds[(k + 1) % FZ_FDS]), POLLOUT, 0}};
+      r = iof_compat_poll(pf, 2, 1);
+      CHECK_EQ(r >= 0, 1);
+      break;
+    }
+    case 5: { /* close and replace by a fresh pair end */
+      int sv[2];
+      if (iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
+        fz_timeouts(sv[0]);
+        atomic_store(&z->fds[k], sv[0]);
+        iof_compat_close(fd);
+        iof_compat_close(sv[1]); /* its peer reads end of stream */
+      }
+      break;
+    }
+    case 6: { /* dup2 another fd over this one */
+      int other = atomic_load(&z->fds[(k + 3) % FZ_FDS]);
+      r = iof_compat_dup2(other, fd);
+      CHECK_EQ(r == fd || errno == EBADF, 1);
+      break;
+    }
+    case 7:
+      r = iof_compat_fcntl(fd, F_SETFL, (frnd(&s) & 1) ? O_NONBLOCK : 0);
+      CHECK_EQ(r == 0 || errno == EBADF, 1);
+      break;
+    case 8:
+      iof_compat_sched_yield();
+      break;
+    default: {
+      int one = (int)(frnd(&s) & 1);
+      iof_compat_ioctl(fd, FIONBIO, &one);
+      break;
+    }
+    }
+    atomic_fetch_add(&z->ops, 1);
+  }
+  return 0;
+}
+
+static void *fz_runner(void *arg) {
+  iof_io_context *io = arg;
+  iof_io_context_run(io);
+  return NULL;
+}
+
+static void compat_random_fd_operations(void **state) {
+  (void)state;
+  /* write(2) to a closed peer raises SIGPIPE, as POSIX says. */
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  for (int round = 0; round < 2; round++) {
+    fdfuzz z;
+    memset(&z, 0, sizeof z);
+    atomic_store(&z.seed, 42u + (unsigned)round);
+    z.mutate = round == 0;
+    for (int i = 0; i < FZ_FDS; i += 2) {
+      int sv[2];
+      assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+      fz_timeouts(sv[0]);
+      fz_timeouts(sv[1]);
+      atomic_store(&z.fds[i], sv[0]);
+      atomic_store(&z.fds[i + 1], sv[1]);
+    }
+    /* Round 0: four fibers on one io_context, fds closed, replaced and
+     * dup2'ed under each other. Round 1: two io_contexts on two threads
+     * share the fds. */
+    iof_io_context *io = iof_io_context_create();
+    iof_io_context *io2 = iof_io_context_create();
+    for (int i = 0; i < 4; i++)
+      launch(round == 0 || i % 2 ? io : io2, fz_fiber, &z);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, fz_runner, io2), 0);
+    run_all(io);
+    pthread_join(th, NULL);
+    assert_int_equal(atomic_load(&z.ops), 4 * 1500);
+    assert_int_equal(atomic_load(&failures), 0);
+    assert_int_equal(iof_io_context_destroy(io), 0);
+    assert_int_equal(iof_io_context_destroy(io2), 0);
+    for (int i = 0; i < FZ_FDS; i++) iof_compat_close(atomic_load(&z.fds[i]));
+  }
+  signal(SIGPIPE, old_pipe);
 }
 
 /* ---- poll/select/epoll and sleeps ------------------------------------- */
@@ -590,6 +726,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(compat_fd_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_failed_dup_keeps_target, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(compat_random_fd_operations, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_poll_and_sleep_calls, reset,
                                       disarm),
