@@ -591,6 +591,19 @@ static int thread_calls(void *arg) {
   CHECK_EQ(iof_compat_pthread_join(t, &rv), 0);
   CHECK_EQ(rv == &t, 1);
   CHECK_EQ(iof_compat_pthread_join(iof_compat_pthread_self(), NULL), EDEADLK);
+  if (in_a_fiber) { /* fiber threads: misuse detected (glibc: undefined) */
+    pthread_t d;
+    CHECK_EQ(iof_compat_pthread_create(&d, NULL, ret_arg, NULL), 0);
+    CHECK_EQ(iof_compat_pthread_detach(d), 0);
+    CHECK_EQ(iof_compat_pthread_detach(d), EINVAL);
+    CHECK_EQ(iof_compat_pthread_join(d, NULL), EINVAL);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, (size_t)1 << 40); /* past the maximum */
+    CHECK_EQ(iof_compat_pthread_create(&d, &at, ret_arg, NULL), EINVAL);
+    pthread_attr_destroy(&at);
+    iof_compat_sched_yield(); /* let the detached one end */
+  }
   CHECK_EQ(iof_compat_pthread_once(NULL, NULL), EINVAL);
   pthread_once_t once = PTHREAD_ONCE_INIT;
   CHECK_EQ(iof_compat_pthread_once(&once, NULL), EINVAL);

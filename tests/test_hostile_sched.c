@@ -232,6 +232,51 @@ static void stop_double_register_is_ebusy(void **state) {
   iof_stop_source_destroy(&src);
 }
 
+/* Callbacks that turn on their own source: request again, unregister
+ * themselves and others, destroy the source, register a new callback. */
+typedef struct reentrant {
+  iof_stop_source src;
+  iof_stop_callback cb[3];
+  int again, late;
+} reentrant;
+
+static void late_cb(void *arg) {
+  ((reentrant *)arg)->late++;
+}
+
+static void cb0(void *arg) {
+  reentrant *r = arg;
+  r->again = iof_stop_source_request(&r->src) ? 1 : 2;
+  iof_stop_callback_unregister(&r->cb[0]); /* itself */
+  iof_stop_callback_unregister(&r->cb[1]); /* another one, not yet run */
+  iof_stop_token t = iof_stop_source_token(&r->src);
+  iof_stop_callback_register(&r->cb[2], t, late_cb, r); /* runs at once */
+  iof_stop_source_destroy(&r->src);
+}
+
+static void cb1(void *arg) {
+  (void)arg;
+}
+
+static void stop_callbacks_reentering(void **state) {
+  (void)state;
+  reentrant r;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(iof_stop_source_init(&r.src), 0);
+  iof_stop_token t = iof_stop_token_retain(iof_stop_source_token(&r.src));
+  assert_int_equal(iof_stop_callback_register(&r.cb[1], t, cb1, &r), 0);
+  assert_int_equal(iof_stop_callback_register(&r.cb[0], t, cb0, &r), 0);
+  assert_true(iof_stop_source_request(&r.src));
+  assert_int_equal(r.again, 2);
+  assert_int_equal(r.late, 1);
+  assert_true(iof_stop_requested(t));
+  iof_stop_callback_unregister(&r.cb[0]);
+  iof_stop_callback_unregister(&r.cb[1]);
+  iof_stop_callback_unregister(&r.cb[2]);
+  iof_stop_source_destroy(&r.src);
+  iof_stop_token_release(t);
+}
+
 /* ---- launch, await, run, yield ---------------------------------------- */
 
 static iof_fiber *aw_suspend(void *self, iof_fiber *h, const iof_env *env) {
@@ -743,6 +788,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(stop_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(stop_double_register_is_ebusy, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(stop_callbacks_reentering, reset, disarm),
       cmocka_unit_test_setup_teardown(launch_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(launch_misuse_inside_fiber, reset,
                                       disarm),
