@@ -1,7 +1,10 @@
 /* Hostile calls into io/: io_context, timers, resolver, signals, sockets,
  * streams, readers, deadlines and error texts fed NULLs, out-of-range
  * values, closed objects, absurd sizes and the wrong context. Each call
- * must give its documented error and leave the objects usable. */
+ * must give its documented error and leave the objects usable.
+ *
+ * IOF_TEST_THREADED: calls from a thread that does not run the context,
+ * resolutions in flight at destroy. */
 #include "test_support.h"
 #include "io_test.h"
 
@@ -840,6 +843,42 @@ static void out_of_descriptors(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* ---- destroying an io_context with resolutions in flight --------------- */
+
+static atomic_int resolved, cancelled;
+
+static int resolve_one(void *arg) {
+  iof_io_context *io = arg;
+  struct addrinfo *res = NULL;
+  int r = iof_resolve(io, "localhost", "80", NULL, &res);
+  if (r == 0) {
+    freeaddrinfo(res);
+    atomic_fetch_add(&resolved, 1);
+  } else {
+    CHECK(r == -ECANCELED || IOF_IS_EAI(r));
+    atomic_fetch_add(&cancelled, 1);
+  }
+  return 0;
+}
+
+static void destroy_with_resolves_in_flight(void **state) {
+  (void)state;
+  for (int round = 0; round < 3; round++) {
+    atomic_store(&resolved, 0);
+    atomic_store(&cancelled, 0);
+    iof_io_context *io = iof_io_context_create();
+    for (int i = 0; i < 100; i++) launch(io, resolve_one, io);
+    iof_io_context_run_for(io, round * MS);
+    assert_int_equal(iof_io_context_destroy(io), 0);
+    assert_int_equal(atomic_load(&resolved) + atomic_load(&cancelled), 100);
+    if (trace)
+      fprintf(stderr, "round %d: %d resolved, %d cancelled\n", round,
+              atomic_load(&resolved), atomic_load(&cancelled));
+  }
+  sleep_ms(100); /* late worker results must not touch the freed context */
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 /* ---- a hostile peer feeding a reader random bytes ---------------------- */
 
 typedef struct fuzz {
@@ -1008,6 +1047,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(out_of_descriptors, reset, disarm),
       cmocka_unit_test_setup_teardown(reader_against_random_bytes, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(destroy_with_resolves_in_flight, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(deadline_bad_arguments, reset, disarm),
   };
