@@ -843,6 +843,42 @@ static void out_of_descriptors(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* ---- freeing a socket another fiber waits on -------------------------- */
+
+typedef struct freeing {
+  ctx c;
+  ssize_t got;
+  int free_rc;
+} freeing;
+
+static int free_reader(void *arg) {
+  freeing *f = arg;
+  char buf[8];
+  f->got = iof_read_some(f->c.a, buf, sizeof buf);
+  return 0;
+}
+
+static int free_main(void *arg) {
+  freeing *f = arg;
+  make_pair(&f->c);
+  CHECK_EQ(iof_launch(iof_io_context_executor(f->c.io), free_reader, f), 0);
+  iof_sleep_for(5 * MS); /* the reader waits */
+  f->free_rc = iof_socket_free(f->c.a);
+  iof_sleep_for(5 * MS);
+  if (f->free_rc != 0) CHECK_EQ(iof_socket_free(f->c.a), 0);
+  CHECK_EQ(iof_socket_free(f->c.b), 0);
+  return 0;
+}
+
+static void free_while_another_fiber_waits(void **state) {
+  (void)state;
+  freeing f;
+  memset(&f, 0, sizeof f);
+  in_fiber(free_main, &f.c);
+  assert_int_equal(f.got, -ECANCELED);
+  assert_true(f.free_rc == 0 || f.free_rc == -EBUSY);
+}
+
 /* ---- destroying an io_context with resolutions in flight --------------- */
 
 static atomic_int resolved, cancelled;
@@ -1049,6 +1085,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(reader_against_random_bytes, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(destroy_with_resolves_in_flight, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(free_while_another_fiber_waits, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(deadline_bad_arguments, reset, disarm),
   };
