@@ -30,3 +30,5 @@ BENCH_SUITE(idle, "server memory (RSS) per idle connection, 10,000 "
                   "connections to each server")
 BENCH_SUITE(legacy, "the unmodified blocking legacy-echo server: thread per "
                     "connection vs compat-layer fibers vs iofiber-run")
+BENCH_SUITE(wait, "timed waits arm+cancel with 1,000 to 100,000 waiters: "
+                  "sem_timedwait vs sleep_for")

@@ -102,7 +102,7 @@ unsigned iof__fd_learn(int fd, iof__fd_slot *s) {
  * being run (nothing touches the fd) or when this very thread runs it
  * outside a fiber (the waiter could never leave while we wait). */
 static bool must_see_leave(const iof__fd_waiter *w, bool in_fiber) {
-  iof_io_context *io = w->fw.w.io;
+  iof_io_context *io = w->fw.op.io;
   if (!atomic_load_explicit(&io->running, memory_order_acquire)) return false;
   return in_fiber || !iof__thread_runs(&io->ctx);
 }
@@ -143,8 +143,37 @@ void iof__fd_reset(int fd, unsigned flags) {
   errno = saved;
 }
 
+/* The io_context serving fd waits and lookups of fibers that run on no
+ * io_context (a thread pool): made on first use, run by a background
+ * thread for the life of the process. */
+static iof_io_context *fallback;
+static pthread_once_t fallback_once = PTHREAD_ONCE_INIT;
+
+static void *fallback_main(void *arg) {
+  iof_io_context *io = arg;
+  iof_work_guard g; /* runs for the life of the process */
+  iof_work_guard_init(&g, iof_io_context_executor(io));
+  iof_io_context_run(io);
+  return NULL;
+}
+
+static void make_fallback(void) {
+  iof_io_context *io = iof_io_context_create();
+  pthread_t t;
+  if (!io) return;
+  if (iof__libc.pthread_create(&t, NULL, fallback_main, io) != 0) {
+    iof_io_context_destroy(io);
+    return;
+  }
+  iof__libc.pthread_detach(t);
+  fallback = io;
+}
+
 iof_io_context *iof__compat_io(iof_fiber *f) {
-  return iof__io_for_env(f->env);
+  iof_io_context *io = iof__io_of(iof_executor_context(f->env->executor));
+  if (io) return io;
+  iof__libc.pthread_once(&fallback_once, make_fallback);
+  return fallback;
 }
 
 bool iof__fd_begin(iof__fd_op *op, int fd, int events) {

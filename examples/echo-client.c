@@ -70,7 +70,7 @@ static int connection(void *arg) {
   int r = out && in ? iof_tcp_connect(io, host, port, &sock) : -ENOMEM;
   if (r < 0) {
     if (r != -ECANCELED && connect_errors++ == 0) /* report the first */
-      fprintf(stderr, "echo-client: connect %s:%s: %s\n", host, port,
+      fprintf(stderr, "iof-echo-client: connect %s:%s: %s\n", host, port,
               iof_strerror(r));
   } else {
     iof_socket_set_nodelay(sock, true);
@@ -82,12 +82,12 @@ static int connection(void *arg) {
     if (n == -ECANCELED && stopping()) break; /* the run is over */
     if (n != (ssize_t)msg_size) {
       if (io_errors++ == 0)
-        fprintf(stderr, "echo-client: connection %ld: %s\n", id,
+        fprintf(stderr, "iof-echo-client: connection %ld: %s\n", id,
                 n < 0 ? strerror((int)-n) : "closed by the server");
       r = n < 0 ? (int)n : -EPIPE;
     } else if (memcmp(in, out, msg_size) != 0) {
       if (mismatches++ == 0)
-        fprintf(stderr, "echo-client: connection %ld: wrong bytes echoed\n",
+        fprintf(stderr, "iof-echo-client: connection %ld: wrong bytes echoed\n",
                 id);
       r = -EPROTO;
     } else {
@@ -115,19 +115,20 @@ static int watch_sigint(void *arg) {
 }
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: echo-client HOST PORT [--connections N] [--size BYTES] "
-               "[--duration SECONDS]\n"
-               "\n"
-               "Echo load generator: N connections, each writing a message\n"
-               "and checking its echo, for the duration.\n"
-               "\n"
-               "  --connections N     concurrent connections (default 64)\n"
-               "  --size BYTES        message size (default 64)\n"
-               "  --duration SECONDS  how long to run (default 5; decimals "
-               "allowed)\n"
-               "  --help              show this help\n"
-               "\n"
-               "Exit status 0 when no connection saw an error.\n");
+  fprintf(out,
+          "usage: iof-echo-client HOST PORT [--connections N] [--size BYTES] "
+          "[--duration SECONDS]\n"
+          "\n"
+          "Echo load generator: N connections, each writing a message\n"
+          "and checking its echo, for the duration.\n"
+          "\n"
+          "  --connections N     concurrent connections (default 64)\n"
+          "  --size BYTES        message size (default 64)\n"
+          "  --duration SECONDS  how long to run (default 5; decimals "
+          "allowed)\n"
+          "  --help              show this help\n"
+          "\n"
+          "Exit status 0 when no connection saw an error.\n");
 }
 
 int main(int argc, char **argv) {
@@ -148,14 +149,14 @@ int main(int argc, char **argv) {
       connections = strtol(optarg, &end, 10);
       if (errno || *end || end == optarg || connections < 1 ||
           connections > 100000) {
-        fprintf(stderr, "echo-client: --connections wants 1..100000\n");
+        fprintf(stderr, "iof-echo-client: --connections wants 1..100000\n");
         return 2;
       }
       break;
     case 's': {
       long v = strtol(optarg, &end, 10);
       if (errno || *end || end == optarg || v < 1 || v > (64L << 20)) {
-        fprintf(stderr, "echo-client: --size wants 1..%ld\n", 64L << 20);
+        fprintf(stderr, "iof-echo-client: --size wants 1..%ld\n", 64L << 20);
         return 2;
       }
       msg_size = (size_t)v;
@@ -165,7 +166,7 @@ int main(int argc, char **argv) {
       duration = strtod(optarg, &end);
       if (errno || *end || end == optarg || !(duration > 0) ||
           duration > 86400) {
-        fprintf(stderr, "echo-client: --duration wants seconds in (0, "
+        fprintf(stderr, "iof-echo-client: --duration wants seconds in (0, "
                         "86400]\n");
         return 2;
       }
@@ -187,7 +188,7 @@ int main(int argc, char **argv) {
 
   io = iof_io_context_create();
   if (!io || iof_stop_source_init(&stop) < 0) {
-    perror("echo-client");
+    perror("iof-echo-client");
     return 1;
   }
   iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop)};
@@ -196,7 +197,7 @@ int main(int argc, char **argv) {
   running = connections;
   for (long i = 0; i < connections; i++)
     if (iof_run_async(ex, &opts, connection, (void *)(intptr_t)i) < 0) {
-      fprintf(stderr, "echo-client: cannot start connection %ld\n", i);
+      fprintf(stderr, "iof-echo-client: cannot start connection %ld\n", i);
       connect_errors++;
       running--;
     }

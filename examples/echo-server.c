@@ -11,7 +11,9 @@
  * SIGINT or SIGTERM stops the server cleanly: one shared stop source is
  * requested, every fiber was launched with its token, so each blocked
  * accept, read or write completes with -ECANCELED and the fibers unwind;
- * each io_context's run() then returns because no work is left. */
+ * each io_context's run() then returns because no work is left.
+ *
+ * SIGUSR1 prints the live fibers (iof_fiber_dump) on stderr. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -52,7 +54,8 @@ static int connection(void *arg) {
 
 static int acceptor(void *arg) {
   server *sv = arg;
-  iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop)};
+  iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop),
+                          .name = "connection"};
   bool reported_emfile = false, reported_other = false;
   for (;;) {
     iof_socket *client;
@@ -62,7 +65,7 @@ static int acceptor(void *arg) {
       /* Out of descriptors: the pending connection stays in the backlog
        * and the listener stays readable; retrying at once would spin. */
       if (!reported_emfile)
-        fprintf(stderr, "echo-server: accept: %s (backing off)\n",
+        fprintf(stderr, "iof-echo-server: accept: %s (backing off)\n",
                 iof_strerror(r));
       reported_emfile = true;
       iof_sleep_for(20 * 1000 * 1000); /* 20 ms; -ECANCELED on stop */
@@ -70,7 +73,7 @@ static int acceptor(void *arg) {
     }
     if (r < 0) { /* e.g. EPERM from a firewall: drop it, keep serving */
       if (!reported_other)
-        fprintf(stderr, "echo-server: accept: %s\n", iof_strerror(r));
+        fprintf(stderr, "iof-echo-server: accept: %s\n", iof_strerror(r));
       reported_other = true;
       continue;
     }
@@ -98,6 +101,14 @@ static int watch_signal(void *arg) {
   return 0;
 }
 
+/* SIGUSR1 lists every live fiber on stderr (docs/debugging.md): name,
+ * state, executor, and what it waits on. */
+static int dump_on_usr1(void *arg) {
+  iof_io_context *io = arg;
+  while (iof_signal_wait(io, SIGUSR1) == SIGUSR1) iof_fiber_dump(stderr);
+  return 0;
+}
+
 static void *run_thread(void *arg) {
   iof_io_context_run(((server *)arg)->io);
   return NULL;
@@ -106,7 +117,7 @@ static void *run_thread(void *arg) {
 /* ---- command line -------------------------------------------------------*/
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: echo-server PORT [--host ADDR] [--buffer BYTES] "
+  fprintf(out, "usage: iof-echo-server PORT [--host ADDR] [--buffer BYTES] "
                "[--threads N]\n"
                "\n"
                "TCP echo server: one fiber per connection.\n"
@@ -146,13 +157,14 @@ int main(int argc, char **argv) {
       break;
     case 'b':
       if (!parse_long(optarg, 1, 64L << 20, &buf)) {
-        fprintf(stderr, "echo-server: --buffer wants 1..%ld\n", 64L << 20);
+        fprintf(stderr, "iof-echo-server: --buffer wants 1..%ld\n", 64L << 20);
         return 2;
       }
       break;
     case 't':
       if (!parse_long(optarg, 1, MAX_THREADS, &threads)) {
-        fprintf(stderr, "echo-server: --threads wants 1..%d\n", MAX_THREADS);
+        fprintf(stderr, "iof-echo-server: --threads wants 1..%d\n",
+                MAX_THREADS);
         return 2;
       }
       break;
@@ -184,7 +196,7 @@ int main(int argc, char **argv) {
                 ? iof_tcp_listen(s->io, host, port_str, 0, flags, &s->listener)
                 : -errno;
     if (r < 0) {
-      fprintf(stderr, "echo-server: listen on %s:%s: %s\n", host, port_str,
+      fprintf(stderr, "iof-echo-server: listen on %s:%s: %s\n", host, port_str,
               iof_strerror(r));
       status = 1;
     } else { /* port 0: the others listen on the port the first one got */
@@ -195,22 +207,27 @@ int main(int argc, char **argv) {
 
   watch watches[2] = {{NULL, SIGINT}, {NULL, SIGTERM}};
   if (status == 0) {
-    iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop)};
+    iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop),
+                            .name = "acceptor"};
     for (long i = 0; i < threads; i++)
       iof_run_async(iof_io_context_executor(sv[i].io), &opts, acceptor, &sv[i]);
     /* A signal is watched by one io_context: the first one. */
+    opts.name = "signals";
     for (int i = 0; i < 2; i++) {
       watches[i].io = sv[0].io;
       iof_run_async(iof_io_context_executor(sv[0].io), &opts, watch_signal,
                     &watches[i]);
     }
-    fprintf(stderr, "echo-server: listening on %s:%s (%ld thread%s)\n", host,
-            port_str, threads, threads > 1 ? "s" : "");
+    opts.name = "sigusr1-dump";
+    iof_run_async(iof_io_context_executor(sv[0].io), &opts, dump_on_usr1,
+                  sv[0].io);
+    fprintf(stderr, "iof-echo-server: listening on %s:%s (%ld thread%s)\n",
+            host, port_str, threads, threads > 1 ? "s" : "");
     long started = 1;
     for (; started < threads; started++)
       if (pthread_create(&sv[started].thread, NULL, run_thread, &sv[started]) !=
           0) {
-        fprintf(stderr, "echo-server: cannot start thread %ld\n", started);
+        fprintf(stderr, "iof-echo-server: cannot start thread %ld\n", started);
         iof_stop_source_request(&stop);
         status = 1;
         break;

@@ -267,7 +267,7 @@ static int acceptor(void *arg) {
       /* Out of descriptors: back off instead of spinning on a listener
        * that stays readable. */
       if (!reported_emfile)
-        fprintf(stderr, "http-hello: accept: %s (backing off)\n",
+        fprintf(stderr, "iof-http-hello: accept: %s (backing off)\n",
                 iof_strerror(r));
       reported_emfile = true;
       iof_sleep_for(20 * 1000 * 1000); /* 20 ms */
@@ -275,7 +275,7 @@ static int acceptor(void *arg) {
     }
     if (r < 0) {
       if (!reported_other)
-        fprintf(stderr, "http-hello: accept: %s\n", iof_strerror(r));
+        fprintf(stderr, "iof-http-hello: accept: %s\n", iof_strerror(r));
       reported_other = true;
       continue;
     }
@@ -311,7 +311,7 @@ static void *run_thread(void *arg) {
 /* ---- command line -------------------------------------------------------*/
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: http-hello PORT [--host ADDR] [--threads N]\n"
+  fprintf(out, "usage: iof-http-hello PORT [--host ADDR] [--threads N]\n"
                "\n"
                "HTTP/1.1 server answering every request with 200 \"Hello, "
                "World!\".\n"
@@ -349,7 +349,7 @@ int main(int argc, char **argv) {
       break;
     case 't':
       if (!parse_long(optarg, 1, MAX_THREADS, &threads)) {
-        fprintf(stderr, "http-hello: --threads wants 1..%d\n", MAX_THREADS);
+        fprintf(stderr, "iof-http-hello: --threads wants 1..%d\n", MAX_THREADS);
         return 2;
       }
       break;
@@ -380,7 +380,7 @@ int main(int argc, char **argv) {
                 ? iof_tcp_listen(s->io, host, port_str, 0, flags, &s->listener)
                 : -errno;
     if (r < 0) {
-      fprintf(stderr, "http-hello: listen on %s:%s: %s\n", host, port_str,
+      fprintf(stderr, "iof-http-hello: listen on %s:%s: %s\n", host, port_str,
               iof_strerror(r));
       status = 1;
     } else { /* port 0: the others listen on the port the first one got */
@@ -399,13 +399,14 @@ int main(int argc, char **argv) {
       iof_run_async(iof_io_context_executor(sv[0].io), &opts, watch_signal,
                     &watches[i]);
     }
-    fprintf(stderr, "http-hello: listening on http://%s:%s/ (%ld thread%s)\n",
-            host, port_str, threads, threads > 1 ? "s" : "");
+    fprintf(stderr,
+            "iof-http-hello: listening on http://%s:%s/ (%ld thread%s)\n", host,
+            port_str, threads, threads > 1 ? "s" : "");
     long started = 1;
     for (; started < threads; started++)
       if (pthread_create(&sv[started].thread, NULL, run_thread, &sv[started]) !=
           0) {
-        fprintf(stderr, "http-hello: cannot start thread %ld\n", started);
+        fprintf(stderr, "iof-http-hello: cannot start thread %ld\n", started);
         iof_stop_source_request(&stop);
         status = 1;
         break;

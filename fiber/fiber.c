@@ -8,6 +8,7 @@
  * switch away from it. */
 #include "fiber/fiber_internal.h"
 #include "fiber/sanitizer.h"
+#include "fiber/stack_map.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -41,6 +42,11 @@ static void make_thread_key(void) {
 }
 
 static __attribute__((noinline)) void thread_init(iof_thread_state *th) {
+  /* A library constructor that runs before libiofiber's own (it does not
+   * depend on us) may reach the runtime through the hook, e.g. a pthread
+   * call routed to compat: the libc table must be filled before its first
+   * use, and every compat path comes through here first on a thread. */
+  iof__libc_init();
   th->root.state = IOF_FS_RUNNING;
   th->current = &th->root;
 #ifdef IOF_TSAN
@@ -68,6 +74,17 @@ size_t iof__page_size(void) {
   return page;
 }
 
+/* A fiber on a dense stack has just switched out: its stack pointer and
+ * the zone under its stack must show no overflow. No ASan check of the
+ * zone: it is outside every frame. */
+__attribute__((noinline, no_sanitize_address)) static void
+soft_check(const iof_fiber *f) {
+  const uint64_t *z = (const uint64_t *)f->base;
+  uint64_t any = 0;
+  for (size_t i = 0; i < IOF_SOFT_ZONE / sizeof *z; i++) any |= z[i];
+  if (any || (const char *)f->ctx < f->soft_lo) iof__overflow_report(f);
+}
+
 /* Runs first on the landing side of every switch. Everything is copied out
  * of the message before the hook runs: the hook may publish `from`, which
  * can then run (and reuse its stack) on another thread. */
@@ -83,6 +100,7 @@ static inline iof_fiber *land(iof_transfer t) {
                                   &from->stack_len);
 #endif
   from->ctx = t.fctx;
+  if (__builtin_expect(from->soft_lo != NULL, 0)) soft_check(from);
   if (kind == SW_SUSPEND) {
     from->state = IOF_FS_SUSPENDED;
     return hook ? hook(from, arg) : NULL;
@@ -94,30 +112,140 @@ static inline iof_fiber *land(iof_transfer t) {
   return NULL;
 }
 
-static inline iof_fiber *do_switch(iof_thread_state *th, iof_fiber *from,
-                                   iof_fiber *to, int kind, iof_fiber_hook hook,
-                                   void *arg) {
-  switch_msg m = {from, to, hook, arg, kind};
+static inline void announce(iof_thread_state *th, iof_fiber *from,
+                            iof_fiber *to, int kind) {
   th->current = to;
 #ifdef IOF_ASAN
   __sanitizer_start_switch_fiber(kind == SW_EXIT ? NULL : &from->asan_fake,
                                  to->stack_lo, to->stack_len);
+#else
+  (void)from;
+  (void)kind;
 #endif
 #ifdef IOF_TSAN
   __tsan_switch_to_fiber(to->tsan_fiber, 0);
 #endif
+}
+
+/* Not under TSan: its function-exit hook would run in the C function's
+ * epilogue after __tsan_switch_to_fiber, popping the target fiber's shadow
+ * call stack. */
+#if defined(__x86_64__) && defined(__ELF__) && !defined(IOF_PLAIN_SWITCH) &&   \
+    !defined(IOF_TSAN)
+/* Return prediction around jump_fcontext (x86-64). fcontext leaves through
+ * an indirect jump, so a `call jump_fcontext` leaves one return address on
+ * the CPU's return stack that no `ret` matches, and the landing side's
+ * returns are then predicted from the other side's calls: each one after a
+ * switch used to mispredict. Here the public calls end with a tail call to
+ * iof__switch (a jump), which enters jump_fcontext with a jump too, after
+ * pushing the address of its own landing code: every suspended context
+ * continues at that one address (a well-predicted indirect jump), nothing
+ * is pushed on the return stack, the landing code calls iof__landed (a
+ * balanced call) and goes back to the user's caller with an indirect jump
+ * rather than a `ret` the return stack would mispredict. When the compiler
+ * does not emit the tail call (sanitizer builds), iof__switch is called
+ * normally and returns into the C function: the same code, just slower.
+ * Symmetric transfer from a hook loops inside iof__switch, on the same
+ * stack depth. The message lives in a per-thread slot: a switch starts and
+ * lands on one thread, and the landing side copies it out first. */
+IOF_HIDDEN int iof__switch(iof_fctx to, void *msg);
+IOF_HIDDEN iof_transfer iof__landed(iof_transfer t);
+
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl iof__switch\n"
+        ".hidden iof__switch\n"
+        ".type iof__switch,@function\n"
+        "iof__switch:\n"
+        "  leaq 1f(%rip), %rax\n"
+        "  pushq %rax\n"
+        "  jmp jump_fcontext@PLT\n"
+        "1:\n"
+        "  endbr64\n"
+        "  subq $8, %rsp\n" /* 16-byte alignment for the call */
+        "  call iof__landed\n"
+        "  addq $8, %rsp\n"
+        "  testq %rax, %rax\n"
+        "  jnz 2f\n"
+        "  popq %rcx\n" /* eax is 0: the call's result */
+        "  jmp *%rcx\n"
+        "2:\n"
+        "  movq %rax, %rdi\n"
+        "  movq %rdx, %rsi\n"
+        "  leaq 1b(%rip), %rax\n"
+        "  pushq %rax\n"
+        "  jmp jump_fcontext@PLT\n"
+        ".size iof__switch, .-iof__switch\n");
+
+static __thread switch_msg tls_msg __attribute__((tls_model("initial-exec")));
+
+/* The landing side: record the switch, run the hook; when the hook hands
+ * back a fiber, set up its resume and return where to jump. */
+iof_transfer iof__landed(iof_transfer t) {
+  switch_msg *m = t.data;
+  iof_fiber *self = m->to;
+  iof_fiber *next = land(t);
+  if (next && next->state != IOF_FS_DONE && next->state != IOF_FS_RUNNING) {
+    iof_thread_state *th = iof__thread();
+    next->resumer = self;
+    next->state = IOF_FS_RUNNING;
+    *m = (switch_msg){self, next, NULL, NULL, SW_RESUME};
+    announce(th, self, next, SW_RESUME);
+    return (iof_transfer){next->ctx, m};
+  }
+  return (iof_transfer){NULL, NULL};
+}
+
+static inline int switch_to(iof_thread_state *th, iof_fiber *from,
+                            iof_fiber *to, int kind, iof_fiber_hook hook,
+                            void *arg) {
+  switch_msg *m = &tls_msg;
+  *m = (switch_msg){from, to, hook, arg, kind};
+  announce(th, from, to, kind);
+  return iof__switch(to->ctx, m);
+}
+#else
+/* Portable form: a call, and the landing runs after jump_fcontext returns;
+ * a hook's fiber is resumed by the loop in iof_fiber_resume. */
+static inline iof_fiber *do_switch(iof_thread_state *th, iof_fiber *from,
+                                   iof_fiber *to, int kind, iof_fiber_hook hook,
+                                   void *arg) {
+  switch_msg m = {from, to, hook, arg, kind};
+  announce(th, from, to, kind);
   iof_transfer t = jump_fcontext(to->ctx, &m);
   return land(t);
 }
 
+static inline int switch_to(iof_thread_state *th, iof_fiber *from,
+                            iof_fiber *to, int kind, iof_fiber_hook hook,
+                            void *arg) {
+  iof_fiber *self = th->current;
+  iof_fiber *f = do_switch(th, from, to, kind, hook, arg);
+  /* A hook may hand back a fiber that is already finished or running
+   * elsewhere only through a bug in the hook; refuse rather than jump. */
+  while (f && f->state != IOF_FS_DONE && f->state != IOF_FS_RUNNING) {
+    th = iof__thread();
+    f->resumer = self;
+    f->state = IOF_FS_RUNNING;
+    f = do_switch(th, self, f, SW_RESUME, NULL, NULL);
+  }
+  return 0;
+}
+#endif
+
 static void fiber_entry(iof_transfer t) {
+#if defined(__x86_64__) && defined(__GCC_HAVE_DWARF2_CFI_ASM)
+  /* The outermost frame of a fiber's stack: debuggers and unwinders stop
+   * here instead of walking into make_fcontext's trampoline and beyond. */
+  __asm__ volatile(".cfi_undefined rip");
+#endif
   switch_msg *m = t.data;
   iof_fiber *self = m->to;
   (void)land(t);
   self->status = self->fn(self->arg);
   if (self->fls) iof__fls_run_destructors(self);
   iof_thread_state *th = iof__thread();
-  do_switch(th, self, self->resumer, SW_EXIT, NULL, NULL);
+  switch_to(th, self, self->resumer, SW_EXIT, NULL, NULL);
   __builtin_unreachable();
 }
 
@@ -159,6 +287,15 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   f->stack_lo = base;
   f->stack_len = (size_t)(sp - base);
   f->stack_size = f->stack_len;
+#ifdef IOF_HAVE_VALGRIND
+  /* A recycled frame keeps Memcheck's view from its previous fiber (areas
+   * that fiber popped are noaccess); a new fiber owns the whole stack. */
+  VALGRIND_MAKE_MEM_UNDEFINED(base, f->stack_len);
+#endif
+  if (iof__stack_is_dense(base)) {
+    f->soft_lo = (char *)base + IOF_SOFT_ZONE;
+    f->stack_size -= IOF_SOFT_ZONE;
+  }
   f->ctx = make_fcontext(sp, f->stack_len, fiber_entry);
 #ifdef IOF_TSAN
   f->tsan_fiber = __tsan_create_fiber(0);
@@ -212,14 +349,9 @@ int iof_fiber_resume(iof_fiber *f) {
   if (f->state == IOF_FS_RUNNING) return -EBUSY;
   iof_thread_state *th = iof__thread();
   iof_fiber *self = th->current;
-  do {
-    f->resumer = self;
-    f->state = IOF_FS_RUNNING;
-    f = do_switch(th, self, f, SW_RESUME, NULL, NULL);
-    /* A hook may hand back a fiber that is already finished or running
-     * elsewhere only through a bug in the hook; refuse rather than jump. */
-  } while (f && f->state != IOF_FS_DONE && f->state != IOF_FS_RUNNING);
-  return 0;
+  f->resumer = self;
+  f->state = IOF_FS_RUNNING;
+  return switch_to(th, self, f, SW_RESUME, NULL, NULL);
 }
 
 iof_fiber *iof_fiber_current(void) {
@@ -231,8 +363,7 @@ static int suspend(iof_fiber_hook hook, void *arg) {
   iof_thread_state *th = iof__thread();
   iof_fiber *self = th->current;
   if (self == &th->root) return -EPERM;
-  do_switch(th, self, self->resumer, SW_SUSPEND, hook, arg);
-  return 0;
+  return switch_to(th, self, self->resumer, SW_SUSPEND, hook, arg);
 }
 
 int iof_fiber_suspend(void) {
@@ -253,8 +384,7 @@ int iof_fiber_transfer(iof_fiber *next) {
   if (next->state == IOF_FS_RUNNING) return -EBUSY;
   next->resumer = self->resumer;
   next->state = IOF_FS_RUNNING;
-  do_switch(th, self, next, SW_SUSPEND, NULL, NULL);
-  return 0;
+  return switch_to(th, self, next, SW_SUSPEND, NULL, NULL);
 }
 
 bool iof_fiber_done(const iof_fiber *f) {

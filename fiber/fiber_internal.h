@@ -42,6 +42,9 @@ struct iof_fiber {
   void *base;
   size_t frame_size;
   size_t stack_size;
+  /* Dense stacks only (no guard page of their own): the lowest address the
+   * fiber may use; the 64 bytes under it must stay zero. NULL otherwise. */
+  const char *soft_lo;
   char name[32];
   /* Sanitizer bookkeeping. */
   void *asan_fake;
@@ -78,6 +81,13 @@ IOF_HIDDEN void iof__fiber_free(iof_fiber *f);
 /* Overflow reporting (overflow.c): installs the SIGSEGV handler once and
  * gives the calling thread an alternate signal stack. */
 IOF_HIDDEN void iof__overflow_thread_init(void);
+
+/* Writes the one-line overflow report for f on stderr and aborts. */
+IOF_HIDDEN __attribute__((noreturn)) void
+iof__overflow_report(const iof_fiber *f);
+
+/* Bytes at the bottom of a dense stack that the fiber must leave zero. */
+#define IOF_SOFT_ZONE 64
 
 /* Fiber-local storage teardown at fiber end (fls.c, sched issue). */
 IOF_HIDDEN void iof__fls_run_destructors(iof_fiber *f);

@@ -47,31 +47,34 @@ static int is_overflow(const iof_fiber *f, uintptr_t addr, uintptr_t sp) {
   return sp < lo + 256 && addr < lo + 256 && addr + (1u << 20) >= lo;
 }
 
+void iof__overflow_report(const iof_fiber *f) {
+  char line[160];
+  size_t n = 0;
+  const char *a = "iofiber: stack overflow in fiber '";
+  memcpy(line, a, strlen(a));
+  n += strlen(a);
+  size_t nl = strnlen(f->name, sizeof f->name);
+  memcpy(line + n, f->name, nl);
+  n += nl;
+  const char *b = "' (stack size ";
+  memcpy(line + n, b, strlen(b));
+  n += strlen(b);
+  n += fmt_u(line + n, f->stack_size);
+  const char *c = " bytes)\n";
+  memcpy(line + n, c, strlen(c));
+  n += strlen(c);
+  ssize_t w = write(STDERR_FILENO, line, n);
+  (void)w;
+  signal(SIGABRT, SIG_DFL);
+  abort();
+}
+
 static void on_segv(int sig, siginfo_t *si, void *uc) {
   iof_thread_state *th = iof__thread_peek();
   iof_fiber *f = th ? th->current : NULL;
   if (f && f != &th->root && f->base &&
-      is_overflow(f, (uintptr_t)si->si_addr, fault_sp(uc))) {
-    char line[160];
-    size_t n = 0;
-    const char *a = "iofiber: stack overflow in fiber '";
-    memcpy(line, a, strlen(a));
-    n += strlen(a);
-    size_t nl = strnlen(f->name, sizeof f->name);
-    memcpy(line + n, f->name, nl);
-    n += nl;
-    const char *b = "' (stack size ";
-    memcpy(line + n, b, strlen(b));
-    n += strlen(b);
-    n += fmt_u(line + n, f->stack_size);
-    const char *c = " bytes)\n";
-    memcpy(line + n, c, strlen(c));
-    n += strlen(c);
-    ssize_t w = write(STDERR_FILENO, line, n);
-    (void)w;
-    signal(SIGABRT, SIG_DFL);
-    abort();
-  }
+      is_overflow(f, (uintptr_t)si->si_addr, fault_sp(uc)))
+    iof__overflow_report(f);
   if (old_segv.sa_flags & SA_SIGINFO) {
     if (old_segv.sa_sigaction) old_segv.sa_sigaction(sig, si, uc);
     return;

@@ -26,6 +26,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 #ifdef IOF_HAVE_VALGRIND
+#include <valgrind/memcheck.h>
 #include <valgrind/valgrind.h>
 #endif
 

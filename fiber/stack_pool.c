@@ -22,7 +22,14 @@
  *   RMW per alloc and per free) to refuse allocations past it.
  * - mapped, failed and the counts of threads without a cache are global
  *   atomics touched only on slow paths (mmap, munmap, errors, depot).
- * All figures are exact whenever no allocation or free is in flight. */
+ * All figures are exact whenever no allocation or free is in flight.
+ *
+ * Guards. A stack of its own is one mapping with a guard page under it
+ * (stack_map.c). Dense stacks (IOF_STACK_GUARD_CHUNK, or AUTO once the
+ * process's guard budget is spent) are carved top down from chunks with
+ * one guard page each; they are never unmapped one by one: past the
+ * depot's cap they wait in `spare` with their pages released, and the
+ * chunks go when the pool is destroyed. */
 #include "fiber/stack_map.h"
 #include "fiber/sanitizer.h"
 
@@ -66,6 +73,7 @@ struct iof_stack_pool {
   size_t cache_max;
   size_t depot_max;
   size_t budget;
+  int guard;
   uint64_t id;
   struct iof_stack_pool *next_pool; /* registry of live pools */
   pthread_mutex_t lock;             /* depot and the list of caches */
@@ -73,6 +81,13 @@ struct iof_stack_pool {
   size_t depot_n;
   pool_cache *caches;
   size_t retired; /* `allocated` of the caches of exited threads (lock) */
+  /* Dense chunks (lock): the one being carved, all of them, spare stacks. */
+  size_t chunk_bytes;
+  char *carve_lo, *carve_cur;
+  void **chunks;
+  size_t nchunks, chunks_cap;
+  void **spare; /* bases, pages released (the link would keep a page) */
+  size_t spare_n, spare_cap;
   /* The one RMW of the fast path, on a line of its own. */
   _Alignas(64) atomic_size_t live;
   atomic_size_t peak;
@@ -80,7 +95,7 @@ struct iof_stack_pool {
   _Alignas(64) atomic_size_t reserved; /* bytes; only with a budget */
   atomic_size_t odd_bytes;             /* sum of (size - stack_size) */
   atomic_size_t allocated;             /* by threads without a cache */
-  atomic_size_t mapped, failed;
+  atomic_size_t mapped, failed, dense;
 };
 
 /* The calling thread's caches, found by pool id (ids are never reused, so a
@@ -111,8 +126,82 @@ static void release_pages(iof_stack_pool *p, void *base) {
 }
 
 static void unmap_stack(iof_stack_pool *p, void *base) {
+  if (iof__stack_is_dense(base)) {
+    /* Unmapping one stack of a chunk would split its mapping: keep it,
+     * all pages released (before another thread can take it). */
+    madvise(base, p->stack_size, MADV_DONTNEED);
+    pthread_mutex_lock(&p->lock);
+    if (p->spare_n == p->spare_cap) {
+      size_t cap = p->spare_cap ? 2 * p->spare_cap : 64;
+      void **a = realloc(p->spare, cap * sizeof *a);
+      if (!a) { /* over the depot's cap rather than lost */
+        stack_node *s = node_of(base, p->stack_size);
+        s->next = p->depot;
+        p->depot = s;
+        p->depot_n++;
+        pthread_mutex_unlock(&p->lock);
+        return;
+      }
+      p->spare = a;
+      p->spare_cap = cap;
+    }
+    p->spare[p->spare_n++] = base;
+    pthread_mutex_unlock(&p->lock);
+    return;
+  }
   iof__stack_unmap(base, p->stack_size);
   atomic_fetch_sub_explicit(&p->mapped, 1, memory_order_relaxed);
+}
+
+/* A stack carved from the pool's current chunk (a new chunk when it is
+ * used up). NULL with errno ENOMEM. */
+static void *carve(iof_stack_pool *p) {
+  size_t page = iof__page_size();
+  pthread_mutex_lock(&p->lock);
+  if (p->carve_cur == p->carve_lo) {
+    if (p->nchunks == p->chunks_cap) {
+      size_t cap = p->chunks_cap ? 2 * p->chunks_cap : 16;
+      void **a = realloc(p->chunks, cap * sizeof *a);
+      if (!a) {
+        pthread_mutex_unlock(&p->lock);
+        errno = ENOMEM;
+        return NULL;
+      }
+      p->chunks = a;
+      p->chunks_cap = cap;
+    }
+    char *c = iof__dense_chunk(p->chunk_bytes);
+    if (!c) {
+      pthread_mutex_unlock(&p->lock);
+      errno = ENOMEM;
+      return NULL;
+    }
+    p->chunks[p->nchunks++] = c;
+    p->carve_lo = c + page;
+    p->carve_cur = c + p->chunk_bytes;
+  }
+  p->carve_cur -= p->stack_size;
+  void *base = p->carve_cur;
+  pthread_mutex_unlock(&p->lock);
+  atomic_fetch_add_explicit(&p->mapped, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&p->dense, 1, memory_order_relaxed);
+  return base;
+}
+
+/* A stack from the OS: its own mapping and guard, or a dense one. */
+static void *new_stack(iof_stack_pool *p) {
+  if (p->guard == IOF_STACK_GUARD_PAGE ||
+      (p->guard == IOF_STACK_GUARD_AUTO && iof__guard_budget_left())) {
+    void *base = iof__stack_map(p->stack_size);
+    if (base) {
+      atomic_fetch_add_explicit(&p->mapped, 1, memory_order_relaxed);
+      return base;
+    }
+    /* AUTO at the kernel's limit: a chunk costs two mappings for many
+     * stacks. */
+    if (p->guard == IOF_STACK_GUARD_PAGE || errno != ENOMEM) return NULL;
+  }
+  return carve(p);
 }
 
 /* Puts a chain of stacks in the depot, unmapping what exceeds its cap. */
@@ -283,12 +372,13 @@ static void *refill(iof_stack_pool *p, pool_cache *c) {
     s->next = got;
     got = s;
   }
+  void *spare = !got && p->spare_n ? p->spare[--p->spare_n] : NULL;
   pthread_mutex_unlock(&p->lock);
-  if (!got) {
-    void *base = iof__stack_map(p->stack_size);
-    if (base) atomic_fetch_add_explicit(&p->mapped, 1, memory_order_relaxed);
-    return base;
+  if (spare) {
+    UNPOISON(spare, p->stack_size);
+    return spare;
   }
+  if (!got) return new_stack(p);
   if (c) {
     size_t n = atomic_load_explicit(&c->n, memory_order_relaxed);
     for (stack_node *s = got->next; s;) {
@@ -465,7 +555,8 @@ iof_stack_pool *iof_stack_pool_create(const iof_stack_pool_options *opts) {
   if (!o.stack_size) o.stack_size = IOF_FIBER_STACK_DEFAULT;
   if (o.stack_size < IOF_FIBER_STACK_MIN ||
       o.stack_size > IOF_FIBER_STACK_MAX || o.thread_cache > 65536 ||
-      o.depot_max > (1u << 20)) {
+      o.depot_max > (1u << 20) || o.guard < IOF_STACK_GUARD_AUTO ||
+      o.guard > IOF_STACK_GUARD_CHUNK) {
     errno = EINVAL;
     return NULL;
   }
@@ -479,6 +570,10 @@ iof_stack_pool *iof_stack_pool_create(const iof_stack_pool_options *opts) {
   p->cache_max = o.thread_cache ? o.thread_cache : 16;
   p->depot_max = o.depot_max ? o.depot_max : 256;
   p->budget = o.budget;
+  p->guard = o.guard;
+  /* About 2 MiB per chunk: two mappings for 32 default stacks. */
+  size_t per = ((size_t)2 << 20) / p->stack_size;
+  p->chunk_bytes = page + (per ? per : 1) * p->stack_size;
   pthread_mutex_init(&p->lock, NULL);
   pthread_mutex_lock(&registry_lock);
   p->id = next_id++;
@@ -486,6 +581,11 @@ iof_stack_pool *iof_stack_pool_create(const iof_stack_pool_options *opts) {
   registry = p;
   pthread_mutex_unlock(&registry_lock);
   return p;
+}
+
+static void drop_stack(iof_stack_pool *p, stack_node *s) {
+  void *base = base_of(s, p->stack_size);
+  if (!iof__stack_is_dense(base)) iof__stack_unmap(base, p->stack_size);
 }
 
 int iof_stack_pool_destroy(iof_stack_pool *p) {
@@ -507,15 +607,20 @@ int iof_stack_pool_destroy(iof_stack_pool *p) {
     while (c->head) {
       stack_node *s = c->head;
       c->head = s->next;
-      iof__stack_unmap(base_of(s, p->stack_size), p->stack_size);
+      drop_stack(p, s);
     }
     free(c);
   }
   while (p->depot) {
     stack_node *s = p->depot;
     p->depot = s->next;
-    iof__stack_unmap(base_of(s, p->stack_size), p->stack_size);
+    drop_stack(p, s);
   }
+  /* Spare stacks go with their chunks. */
+  for (size_t i = 0; i < p->nchunks; i++)
+    iof__dense_chunk_release(p->chunks[i], p->chunk_bytes);
+  free(p->chunks);
+  free(p->spare);
   pthread_mutex_destroy(&p->lock);
   free(p);
   return 0;
@@ -528,7 +633,7 @@ iof_frame_allocator *iof_stack_pool_allocator(iof_stack_pool *p) {
 int iof_stack_pool_stats(iof_stack_pool *p, struct iof_stack_pool_stats *out) {
   if (!p || !out) return -EINVAL;
   pthread_mutex_lock(&p->lock);
-  size_t cached = p->depot_n;
+  size_t cached = p->depot_n + p->spare_n;
   size_t allocated = p->retired;
   for (pool_cache *c = p->caches; c; c = c->next) {
     cached += atomic_load_explicit(&c->n, memory_order_relaxed);
@@ -543,6 +648,7 @@ int iof_stack_pool_stats(iof_stack_pool *p, struct iof_stack_pool_stats *out) {
   out->mapped = atomic_load(&p->mapped);
   out->failed = atomic_load(&p->failed);
   out->live_bytes = live * p->stack_size + atomic_load(&p->odd_bytes);
+  out->dense = atomic_load(&p->dense);
   return 0;
 }
 

@@ -1,10 +1,11 @@
 /* A wait on any pollable fd that a third party can end (compat's close
  * wakes waiters with -EBADF). Not installed.
  *
- * Built on iof_wait like every io/ wait: one ev_io started by arm on the
- * io_context's thread, stopped by disarm. The optional hooks run inside
- * arm and disarm (io's thread, the fiber suspended), so an owner can keep
- * its own list of waiters and refuse a wait whose fd went away. */
+ * An iof_io_op on the one wait record like every io/ wait: one ev_io
+ * started by arm on the io_context's thread, stopped by disarm. The
+ * optional hooks run inside arm and disarm (io's thread, the fiber
+ * suspended, the record published), so an owner can keep its own list of
+ * waiters and refuse a wait whose fd went away. */
 #ifndef IOF_IO_FD_WAIT_H
 #define IOF_IO_FD_WAIT_H
 
@@ -13,7 +14,7 @@
 typedef struct iof__fd_wait iof__fd_wait;
 
 struct iof__fd_wait {
-  iof_wait w;
+  iof_io_op op;
   ev_io ev;
   int fd;
   int events; /* EV_READ and/or EV_WRITE */
@@ -31,8 +32,8 @@ struct iof__fd_wait {
 IOF_HIDDEN int iof__fd_wait_run(iof__fd_wait *fw, iof_io_context *io,
                                 int64_t deadline_ns);
 
-/* From any thread: ends a pending wait with `result`. False if it had
- * already completed. */
+/* From any thread, for a wait that on_arm accepted (so it is published):
+ * ends it with `result`. False if it had already completed. */
 IOF_HIDDEN bool iof__fd_wait_cancel(iof__fd_wait *fw, int result);
 
 #endif

@@ -80,6 +80,10 @@ static const iof_executor_vtbl io_vtbl = {
     io_dispatch,   io_post,         NULL,
     io_context_of, io_work_started, io_work_finished};
 
+__attribute__((constructor)) static void name_io(void) {
+  iof__debug_label(&io_vtbl, "io_context", NULL);
+}
+
 /* Resumes the fibers ready now, at most max of them (max < 0: all);
  * fibers made ready meanwhile wait for the next batch, so a fiber that
  * yields in a loop cannot starve libev. Returns how many ran. */
@@ -159,15 +163,53 @@ static void deadline_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   io->timed_out = true;
 }
 
-static const char io_kind = 'i';
+/* Timers of waits on this context's thread: libev's own heap. The
+ * ev_timer lives in the timer's impl bytes (on the waiter's stack). */
+_Static_assert(sizeof(ev_timer) <= IOF__TIMER_IMPL, "ev_timer fits in impl");
+
+static void io_timer_cb(struct ev_loop *loop, ev_timer *e, int revents) {
+  (void)loop;
+  (void)revents;
+  iof__timer *t = e->data;
+  t->fire(t->arg);
+}
+
+static int io_timer_arm(iof_execution_context *ctx, iof__timer *t) {
+  iof_io_context *io = (iof_io_context *)ctx;
+  int r = iof__ev_mem_ok(); /* libev's heap must be able to grow */
+  if (r < 0) return r;
+  ev_timer *e = (ev_timer *)(void *)t->impl;
+  /* libev counts from its cached "now", stale by however long the fibers
+   * ran since the loop last woke: refresh it, or the timer fires early;
+   * and count from the absolute deadline read before the refresh, so that
+   * libev's now is later, never earlier. A preemption between the two
+   * reads would make the timer late by as much: read again then. */
+  int64_t before, left;
+  for (int tries = 0;; tries++) {
+    before = iof__now_ns();
+    ev_now_update(io->loop);
+    if (iof__now_ns() - before < 50000 || tries == 3) break;
+  }
+  left = iof__sat_sub(t->deadline, before);
+  ev_timer_init(e, io_timer_cb, left > 0 ? (double)left / 1e9 : 0., 0.);
+  e->data = t;
+  ev_timer_start(io->loop, e);
+  return 0;
+}
+
+static void io_timer_cancel(iof_execution_context *ctx, iof__timer *t) {
+  ev_timer_stop(((iof_io_context *)ctx)->loop, (ev_timer *)(void *)t->impl);
+}
+
+static const iof__ctx_kind io_kind = {io_timer_arm, io_timer_cancel};
 
 iof_io_context *iof__io_of(iof_execution_context *ctx) {
   return ctx && ctx->kind == &io_kind ? (iof_io_context *)ctx : NULL;
 }
 
-/* The io_context's own service, made first so it is shut down last and
- * destroyed last: its shutdown cancels every armed wait (the fibers then
- * run to their end in the drain); its destroy closes sockets left open. */
+/* The io_context's own service, made first so it is destroyed last: its
+ * destroy closes sockets left open. (Pending waits on the context are
+ * cancelled at shutdown by the wait registry of sched/, as every wait.) */
 typedef struct io_service {
   iof_service base;
   iof_io_context *io;
@@ -179,19 +221,13 @@ static iof_service *io_service_create(iof_execution_context *ctx) {
   return s ? &s->base : NULL;
 }
 
-static void io_service_shutdown(iof_service *svc) {
-  iof_io_context *io = ((io_service *)svc)->io;
-  for (iof_wait *w = io->armed; w; w = w->reg_next)
-    iof__wait_cancel(w, -ECANCELED);
-}
-
 static void io_service_destroy(iof_service *svc) {
   iof__io_close_all(((io_service *)svc)->io);
   free(svc);
 }
 
-static const iof_service_key io_service_key = {
-    "iofiber.io", io_service_create, io_service_shutdown, io_service_destroy};
+static const iof_service_key io_service_key = {"iofiber.io", io_service_create,
+                                               NULL, io_service_destroy};
 
 static iof_io_context *make(struct ev_loop *loop, bool own) {
   /* The async watcher may make libev create its pipe: a descriptor must
@@ -208,6 +244,7 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
     return NULL;
   }
   io->ctx.kind = &io_kind;
+  io->spin_policy.credit = 4;
   io->loop = loop;
   io->own_loop = own;
   if (!iof_make_service(&io->ctx, &io_service_key)) {
@@ -282,6 +319,26 @@ struct ev_loop *iof_io_context_loop(iof_io_context *io) {
   return io ? io->loop : NULL;
 }
 
+/* Fibers of this context are away in iof_run on another context and the
+ * run loop just ran fibers: watch the remote queue for up to IOF_SPIN_NS
+ * before blocking in epoll, since a cross-thread wake-up (the eventfd
+ * write, the other thread's futex wake of this one) costs more than the
+ * hop itself. libev is polled without blocking every few microseconds
+ * meanwhile, so I/O is not held up. True if a fiber came. */
+static bool spin_for_return(iof_io_context *io) {
+  int64_t start = iof__now_ns(), polled = start;
+  for (int i = 1; iof__spin_step(start, i); i++) {
+    if (has_ready(io)) return true;
+    if (i & 255) continue;
+    int64_t now = iof__now_ns();
+    if (now - polled > 5000) {
+      ev_run(io->loop, EVRUN_NOWAIT);
+      polled = now;
+    }
+  }
+  return has_ready(io);
+}
+
 /* The one loop behind run, run_one, poll and run_for. max_fibers < 0: no
  * limit; wait: block in libev when nothing is ready; timeout_ns < 0: none. */
 #define POLL_EVERY 64
@@ -303,7 +360,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
     ev_timer_set(&io->deadline, (double)timeout_ns / 1e9, 0.);
     ev_timer_start(io->loop, &io->deadline);
   }
-  long ran = 0, polled_at = 0;
+  long ran = 0, polled_at = 0, spun_at = 0;
   while (!atomic_load(&io->stopped) && !io->timed_out) {
     ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : -1);
     if (max_fibers >= 0 && ran >= max_fibers) break;
@@ -321,6 +378,15 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
      * when two fibers alternate. I/O still gets its turn promptly. */
     bool ready = has_ready(io);
     if (ready && ran - polled_at < POLL_EVERY) continue;
+    if (!ready && ran != spun_at &&
+        atomic_load_explicit(&io->ctx.away, memory_order_relaxed) > 0) {
+      spun_at = ran;
+      if (iof__spin_allowed(&io->spin_policy)) {
+        bool found = spin_for_return(io);
+        iof__spin_result(&io->spin_policy, found);
+        if (found) continue;
+      }
+    }
     ev_run(io->loop, ready ? EVRUN_NOWAIT : EVRUN_ONCE);
     polled_at = ran;
   }
@@ -411,37 +477,4 @@ int iof_io_context_destroy(iof_io_context *io) {
   pthread_mutex_destroy(&io->rlock);
   free(io);
   return 0;
-}
-
-/* ---- the process-wide io_context for fibers on other executors -------- */
-
-static iof_io_context *fallback;
-static pthread_once_t fallback_once = PTHREAD_ONCE_INIT;
-
-static void *fallback_main(void *arg) {
-  iof_io_context *io = arg;
-  iof_work_guard g; /* runs for the life of the process */
-  iof_work_guard_init(&g, iof_io_context_executor(io));
-  iof_io_context_run(io);
-  return NULL;
-}
-
-static void make_fallback(void) {
-  iof_io_context *io = iof_io_context_create();
-  pthread_t t;
-  if (!io) return;
-  if (pthread_create(&t, NULL, fallback_main, io) != 0) {
-    iof_io_context_destroy(io);
-    return;
-  }
-  pthread_detach(t);
-  fallback = io;
-}
-
-iof_io_context *iof__io_for_env(const iof_env *env) {
-  iof_io_context *io = iof__io_of(iof_executor_context(env->executor));
-  if (io) return io;
-  pthread_once(&fallback_once, make_fallback);
-  if (!fallback) errno = ENOMEM;
-  return fallback;
 }

@@ -7,9 +7,11 @@
 
 #include <ev.h>
 
-#include "sched/sched_internal.h"
+#include "sched/sync_internal.h"
 
-typedef struct iof_wait iof_wait;
+#include <stddef.h>
+
+typedef struct iof_io_op iof_io_op;
 
 struct iof_io_context {
   iof_execution_context ctx;
@@ -29,65 +31,76 @@ struct iof_io_context {
                                stopped(), cleared by the next run */
   atomic_int running;
   bool timed_out;
-  struct iof_socket *sockets; /* open sockets, closed at destroy */
-  iof_wait *armed;            /* armed waits, cancelled at shutdown */
+  iof_spin_policy spin_policy; /* the run loop's (its thread only) */
+  struct iof_socket *sockets;  /* open sockets, closed at destroy */
 };
 
 /* The io_context behind an execution context, or NULL. */
 IOF_HIDDEN iof_io_context *iof__io_of(iof_execution_context *ctx);
 
-/* The io_context whose loop serves timers for a fiber with this env: its
- * own when its executor runs on one, else a process-wide one that runs on
- * a background thread. NULL with errno on failure. */
-IOF_HIDDEN iof_io_context *iof__io_for_env(const iof_env *env);
-
 /* Queues h on io (any thread), even during its shutdown. */
 IOF_HIDDEN void iof__io_enqueue(iof_io_context *io, iof_fiber *h);
 
-/* A pending wait of one fiber on something registered with `io`.
+/* A blocking operation on something registered with `io` (a socket, a
+ * timer object, a signal, a resolver request): the one wait record of
+ * sched/ (sync_internal.h) plus how to arm it on io's loop.
  *
- * arm runs on io's thread with the fiber suspended; completion comes from
- * a libev callback on io's thread (iof__wait_complete, which also disarms)
- * or from a stop request on any thread (which claims the wait and posts
- * the fiber to io, where it disarms itself). One atomic claim settles a
- * completion racing a cancellation. */
-struct iof_wait {
-  iof_fiber *h;
+ * arm runs on io's thread with the fiber suspended and the record
+ * published; completion is a claim of the record (iof__io_complete) from a
+ * libev callback on io's thread, or from any thread (the resolver's
+ * worker); a stop request, the timeout and io's shutdown claim it the same
+ * way. The claimer posts the fiber to io, where it disarms (disarm) and
+ * then goes back to its own executor. */
+struct iof_io_op {
+  iof__wait w;
+  iof__wnode node; /* in the waited object's queue, if it keeps one */
   iof_io_context *io;
-  atomic_int claimed;
-  int result;
+  int (*arm)(iof_io_op *op);     /* register with io's loop; < 0: refuse
+                                    (the wait returns that at once) */
+  void (*disarm)(iof_io_op *op); /* undo arm (only if it succeeded) */
+  void *obj;                     /* what the wait is on (socket, timer...) */
+  int dir;                       /* EV_READ or EV_WRITE, for socket waits */
   bool armed;
-  int (*arm)(iof_wait *w);     /* register with io's loop; < 0: refuse
-                                  (the wait returns that at once) */
-  void (*disarm)(iof_wait *w); /* undo arm (only while armed) */
-  void *obj;                   /* what the wait is on (socket, timer...) */
-  int dir;                     /* EV_READ or EV_WRITE, for socket waits */
-  ev_timer timeout;            /* optional limit, see iof__wait */
-  int64_t timeout_ns;          /* < 0: none */
-  int64_t deadline_ns;         /* the limit as a monotonic time: 0 means
-                                  "timeout_ns from initiation" (iof__wait sets it) */
-  iof_stop_callback stop;
-  bool via_io;    /* resumed on io's thread by a cancellation */
-  iof_wait *next; /* in the waited object's list, where it keeps one */
-  iof_wait *prev;
-  iof_wait *reg_next, *reg_prev; /* io's list of armed waits */
 };
+
+/* Prepares op for a wait on io with arm/disarm (the record itself is set
+ * up by the wait: no need to clear it all on every socket wait). */
+static inline void iof__io_op_init(iof_io_op *op, iof_io_context *io,
+                                   int (*arm)(iof_io_op *),
+                                   void (*disarm)(iof_io_op *), void *obj) {
+  op->node.prev = op->node.next = NULL;
+  op->node.linked = false;
+  op->node.data = op->node.owner = NULL;
+  op->node.index = 0;
+  op->dir = 0;
+  op->armed = false;
+  op->io = io;
+  op->arm = arm;
+  op->disarm = disarm;
+  op->obj = obj;
+  op->node.w = &op->w;
+}
 
 /* Runs in a launched fiber, on any thread: checks the chain's token
  * (-ECANCELED without suspending) and io's state, moves to io's thread if
- * needed, arms, suspends, and returns the result: what iof__wait_complete
- * gave, -ECANCELED (stop request or shutdown), -ETIMEDOUT (timeout_ns
- * elapsed). It always returns on the fiber's own executor. -EPERM outside
- * a launched fiber. */
-IOF_HIDDEN int iof__wait(iof_wait *w);
+ * needed, arms, suspends, and returns the result: what iof__io_complete
+ * gave, -ECANCELED (stop request or shutdown), -ETIMEDOUT (deadline_ns, an
+ * absolute monotonic time, passed; < 0: none). It always returns on the
+ * fiber's own executor. -EPERM outside a launched fiber. */
+IOF_HIDDEN int iof__io_wait(iof_io_op *op, int64_t deadline_ns);
 
-/* From io's thread: claims the wait, disarms it and sends the fiber to its
- * own executor with `result`. False if a cancellation won the claim. */
-IOF_HIDDEN bool iof__wait_complete(iof_wait *w, int result);
+/* Claims a pending op with `result` and wakes its fiber. Any thread. False
+ * if something else claimed it first. */
+static inline bool iof__io_complete(iof_io_op *op, int result) {
+  if (!iof__wait_claim(&op->w, result, -1)) return false;
+  iof__wait_wake(&op->w);
+  return true;
+}
 
-/* From any thread: claims the wait and sends the fiber to io's thread,
- * where it disarms itself and goes home with `result`. */
-IOF_HIDDEN bool iof__wait_cancel(iof_wait *w, int result);
+/* The op owning a queue node (sockets and timers queue their waiters). */
+static inline iof_io_op *iof__io_op_of(iof__wnode *n) {
+  return (iof_io_op *)(void *)((char *)n - offsetof(iof_io_op, node));
+}
 
 /* Runs the calling code on io's thread: hops a fiber there if needed
  * (*hopped set; iof__io_leave goes back). Outside fibers it is allowed only

@@ -24,8 +24,8 @@ typedef struct request {
   struct addrinfo *res;
   int gai;
   int sys_errno;
-  int refs;    /* under the service lock */
-  iof_wait *w; /* NULL once the fiber left */
+  int refs;      /* under the service lock */
+  iof_io_op *op; /* NULL once the fiber left */
   bool queued;
   void (*fn)(void *); /* a job instead of getaddrinfo */
   void *arg;          /* the job's; released by drop unless taken */
@@ -87,7 +87,10 @@ static void *worker(void *arg) {
     /* The fiber may have been cancelled: then the claim fails, the result
      * stays ours and drop() frees it. A result that comes in once the
      * service is shutting down is dropped: the wait ends -ECANCELED. */
-    if (r->w && iof__wait_cancel(r->w, rs->stop ? -ECANCELED : 0)) r->w = NULL;
+    if (r->op) {
+      iof__io_complete(r->op, rs->stop ? -ECANCELED : 0);
+      r->op = NULL;
+    }
     drop(r);
   }
   pthread_mutex_unlock(&rs->lock);
@@ -111,7 +114,7 @@ static void shutdown_rs(iof_service *svc) {
   int started = rs->started;
   pthread_mutex_unlock(&rs->lock);
   for (int i = 0; i < started; i++)
-    iof__libc.pthread_join(rs->threads[i], NULL);
+    pthread_join(rs->threads[i], NULL);
   rs->started = 0;
 }
 
@@ -127,13 +130,13 @@ static const iof_service_key resolver_key = {"iofiber.resolver", create,
                                              shutdown_rs, destroy_rs};
 
 typedef struct resolve_wait {
-  iof_wait w;
+  iof_io_op op;
   resolver *rs;
   request *r;
 } resolve_wait;
 
-static int arm(iof_wait *w) {
-  resolve_wait *rw = (resolve_wait *)w;
+static int arm(iof_io_op *op) {
+  resolve_wait *rw = (resolve_wait *)op;
   resolver *rs = rw->rs;
   request *r = rw->r;
   pthread_mutex_lock(&rs->lock);
@@ -147,7 +150,7 @@ static int arm(iof_wait *w) {
   int max = iof__resolver_max_threads;
   if (max < 1 || max > MAX_WORKERS) max = MAX_WORKERS;
   if (rs->idle <= queued && rs->started < max) {
-    if (iof__libc.pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
+    if (pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
         0)
       rs->started++;
     else if (!rs->started) {
@@ -155,7 +158,7 @@ static int arm(iof_wait *w) {
       return -EAGAIN;
     }
   }
-  r->w = w;
+  r->op = op;
   r->refs++; /* the worker's */
   r->queued = true;
   if (rs->tail)
@@ -168,12 +171,12 @@ static int arm(iof_wait *w) {
   return 0;
 }
 
-static void disarm(iof_wait *w) {
-  resolve_wait *rw = (resolve_wait *)w;
+static void disarm(iof_io_op *op) {
+  resolve_wait *rw = (resolve_wait *)op;
   resolver *rs = rw->rs;
   request *r = rw->r;
   pthread_mutex_lock(&rs->lock);
-  r->w = NULL;
+  r->op = NULL;
   if (r->queued) { /* never started: take it out */
     request **pp = &rs->head, *prev = NULL;
     while (*pp != r) prev = *pp, pp = &(*pp)->next;
@@ -235,23 +238,19 @@ int iof__resolve_until(iof_io_context *io, const char *host,
     r->hints.ai_next = NULL;
     r->has_hints = true;
   }
-  resolve_wait rw = {0};
-  rw.w.io = io;
-  rw.w.arm = arm;
-  rw.w.disarm = disarm;
-  rw.w.timeout_ns = -1;
+  int64_t deadline = -1;
   if (deadline_ns > 0) {
-    int64_t left = deadline_ns - iof__now_ns();
-    if (left <= 0) {
+    if (deadline_ns <= iof__now_ns()) {
       drop(r);
       return -ETIMEDOUT;
     }
-    rw.w.timeout_ns = left;
-    rw.w.deadline_ns = deadline_ns;
+    deadline = deadline_ns;
   }
+  resolve_wait rw;
+  iof__io_op_init(&rw.op, io, arm, disarm, NULL);
   rw.rs = rs;
   rw.r = r;
-  int ret = iof__wait(&rw.w);
+  int ret = iof__io_wait(&rw.op, deadline);
   pthread_mutex_lock(&rs->lock);
   if (ret == 0) {
     if (r->gai == 0) {
@@ -291,14 +290,11 @@ int iof__resolver_run(iof_io_context *io, void (*fn)(void *), void *arg,
   r->fn = fn;
   r->arg = arg;
   r->release = release;
-  resolve_wait rw = {0};
-  rw.w.io = io;
-  rw.w.arm = arm;
-  rw.w.disarm = disarm;
-  rw.w.timeout_ns = -1;
+  resolve_wait rw;
+  iof__io_op_init(&rw.op, io, arm, disarm, NULL);
   rw.rs = rs;
   rw.r = r;
-  int ret = iof__wait(&rw.w);
+  int ret = iof__io_wait(&rw.op, -1);
   pthread_mutex_lock(&rs->lock);
   if (ret == 0) r->arg = NULL; /* ran: the caller keeps it */
   drop(r);

@@ -14,7 +14,7 @@ static struct {
 } owners[NSIG];
 
 typedef struct sig_wait {
-  iof_wait w;
+  iof_io_op op;
   ev_signal sig;
   int signo;
 } sig_wait;
@@ -23,28 +23,29 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents) {
   (void)loop;
   (void)revents;
   sig_wait *sw = s->data;
-  iof__wait_complete(&sw->w, sw->signo);
+  iof__io_complete(&sw->op, sw->signo);
 }
 
-static int arm(iof_wait *w) {
-  sig_wait *sw = (sig_wait *)w;
+static int arm(iof_io_op *op) {
+  sig_wait *sw = (sig_wait *)op;
+  iof_io_context *io = op->io;
   pthread_mutex_lock(&owners_lock);
-  if (owners[sw->signo].io && owners[sw->signo].io != w->io) {
+  if (owners[sw->signo].io && owners[sw->signo].io != io) {
     pthread_mutex_unlock(&owners_lock);
     return -EBUSY;
   }
-  owners[sw->signo].io = w->io;
+  owners[sw->signo].io = io;
   owners[sw->signo].waiters++;
   pthread_mutex_unlock(&owners_lock);
   ev_signal_init(&sw->sig, on_signal, sw->signo);
   sw->sig.data = sw;
-  ev_signal_start(w->io->loop, &sw->sig);
+  ev_signal_start(io->loop, &sw->sig);
   return 0;
 }
 
-static void disarm(iof_wait *w) {
-  sig_wait *sw = (sig_wait *)w;
-  ev_signal_stop(w->io->loop, &sw->sig);
+static void disarm(iof_io_op *op) {
+  sig_wait *sw = (sig_wait *)op;
+  ev_signal_stop(op->io->loop, &sw->sig);
   pthread_mutex_lock(&owners_lock);
   if (--owners[sw->signo].waiters == 0) owners[sw->signo].io = NULL;
   pthread_mutex_unlock(&owners_lock);
@@ -58,11 +59,8 @@ int iof_signal_wait(iof_io_context *io, int signo) {
       signo == SIGSTOP || signo == SIGSEGV || signo == SIGBUS ||
       signo == SIGILL || signo == SIGFPE)
     return -EINVAL;
-  sig_wait sw = {0};
+  sig_wait sw;
+  iof__io_op_init(&sw.op, io, arm, disarm, NULL);
   sw.signo = signo;
-  sw.w.io = io;
-  sw.w.arm = arm;
-  sw.w.disarm = disarm;
-  sw.w.timeout_ns = -1;
-  return iof__wait(&sw.w);
+  return iof__io_wait(&sw.op, -1);
 }

@@ -31,16 +31,17 @@ static void set_interest(iof_socket *s, int ev) {
   }
 }
 
-static void wake_first(iof_wait *list) {
-  for (iof_wait *w = list; w; w = w->next)
-    if (iof__wait_complete(w, 0)) return;
+/* Wakes the first waiter of q (claiming it unlinks it). */
+static bool wake_first(iof__waitq *q) {
+  iof__wnode *n = iof__wq_claim_first(q, 0);
+  if (!n) return false;
+  iof__wait_wake(n->w);
+  return true;
 }
 
-static void fail_all(iof_wait *list, int err) {
-  for (iof_wait *w = list, *next; w; w = next) {
-    next = w->next; /* completing unlinks w */
-    iof__wait_complete(w, err);
-  }
+/* Wakes every waiter of q with err (claiming unlinks them). */
+static void fail_all(iof__waitq *q, int err) {
+  for (iof__wnode *n; (n = iof__wq_claim_first(q, err));) iof__wait_wake(n->w);
 }
 
 static void on_io(struct ev_loop *loop, ev_io *ew, int revents) {
@@ -51,33 +52,25 @@ static void on_io(struct ev_loop *loop, ev_io *ew, int revents) {
      * would make them wait again on a watcher that no longer exists. */
     ev_io_stop(loop, ew);
     s->interest = 0;
-    fail_all(s->rd, -ENOMEM);
-    fail_all(s->wr, -ENOMEM);
+    fail_all(&s->rd, -ENOMEM);
+    fail_all(&s->wr, -ENOMEM);
     return;
   }
   int drop = 0;
-  if (revents & EV_READ) {
-    if (s->rd)
-      wake_first(s->rd);
-    else
-      drop |= EV_READ;
-  }
-  if (revents & EV_WRITE) {
-    if (s->wr)
-      wake_first(s->wr);
-    else
-      drop |= EV_WRITE;
-  }
+  /* An event nobody waits for is dropped from the mask: level-triggered,
+   * it would fire again at every poll. */
+  if ((revents & EV_READ) && !wake_first(&s->rd)) drop |= EV_READ;
+  if ((revents & EV_WRITE) && !wake_first(&s->wr)) drop |= EV_WRITE;
   if (drop) set_interest(s, s->interest & ~drop);
 }
 
-static iof_wait **list_of(iof_socket *s, iof_wait *w) {
-  return w->dir == EV_WRITE ? &s->wr : &s->rd;
+static iof__waitq *queue_of(iof_socket *s, iof_io_op *op) {
+  return op->dir == EV_WRITE ? &s->wr : &s->rd;
 }
 
 /* A socket wait remembers the limits it was built with. */
 typedef struct sock_wait {
-  iof_wait w;
+  iof_io_op op;
   unsigned gen;
 } sock_wait;
 
@@ -85,61 +78,41 @@ typedef struct sock_wait {
  * waiter builds a new one. Never seen by callers. */
 #define RETRY_LIMITS (-0x7ff0)
 
-static int arm(iof_wait *w) {
-  iof_socket *s = w->obj;
+static int arm(iof_io_op *op) {
+  iof_socket *s = op->obj;
   if (s->closed) return -EBADF;
-  if (((sock_wait *)w)->gen !=
+  if (((sock_wait *)op)->gen !=
       atomic_load_explicit(&s->limit_gen, memory_order_relaxed))
     return RETRY_LIMITS;
-  iof_wait **list = list_of(s, w);
-  w->next = NULL;
-  w->prev = NULL;
-  if (!*list) {
-    *list = w;
-  } else {
-    iof_wait *t = *list;
-    while (t->next) t = t->next;
-    t->next = w;
-    w->prev = t;
-  }
-  set_interest(s, s->interest | (list == &s->rd ? EV_READ : EV_WRITE));
+  iof__wq_push(queue_of(s, op), &op->node);
+  set_interest(s, s->interest | op->dir);
   return 0;
 }
 
-static void disarm(iof_wait *w) {
-  iof_socket *s = w->obj;
+static void disarm(iof_io_op *op) {
+  iof_socket *s = op->obj;
   if (!s) return; /* detached by close */
-  iof_wait **list = list_of(s, w);
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    *list = w->next;
-  if (w->next) w->next->prev = w->prev;
+  iof__wq_unlink(queue_of(s, op), &op->node);
 }
 
 int iof__socket_wait(iof_socket *s, int dir) {
   int d = dir == EV_WRITE;
   for (;;) {
-    sock_wait sw = {0};
-    iof_wait *w = &sw.w;
-    w->io = s->io;
-    w->obj = s;
-    w->arm = arm;
-    w->disarm = disarm;
-    w->dir = dir;
-    w->timeout_ns = -1;
+    sock_wait sw;
+    iof__io_op_init(&sw.op, s->io, arm, disarm, s);
+    sw.op.dir = dir;
     sw.gen = atomic_load_explicit(&s->limit_gen, memory_order_relaxed);
+    int64_t deadline = -1;
     int64_t dl = atomic_load_explicit(&s->deadline[d], memory_order_relaxed);
     int64_t to = atomic_load_explicit(&s->timeout[d], memory_order_relaxed);
     if (dl | to) { /* a clock read only for sockets with limits */
       int64_t now = iof__now_ns();
       int64_t lim = dl ? dl : INT64_MAX;
-      if (to && to < lim - now) lim = now + to;
+      if (to && to < iof__sat_sub(lim, now)) lim = iof__sat_add(now, to);
       if (lim <= now) return -ETIMEDOUT;
-      w->timeout_ns = lim - now;
-      w->deadline_ns = lim;
+      deadline = lim;
     }
-    int r = iof__wait(w);
+    int r = iof__io_wait(&sw.op, deadline);
     if (r != RETRY_LIMITS) return r;
   }
 }
@@ -153,14 +126,9 @@ static void apply_limit(iof_socket *s, int which, bool relative, int64_t v) {
                           memory_order_relaxed);
   }
   atomic_fetch_add_explicit(&s->limit_gen, 1, memory_order_relaxed);
-  for (int d = 0; d < 2; d++) {
-    if (!(which & (d ? IOF_WRITE : IOF_READ))) continue;
-    iof_wait *next;
-    for (iof_wait *w = d ? s->wr : s->rd; w; w = next) {
-      next = w->next; /* completing w unlinks it */
-      iof__wait_complete(w, RETRY_LIMITS);
-    }
-  }
+  for (int d = 0; d < 2; d++)
+    if (which & (d ? IOF_WRITE : IOF_READ))
+      fail_all(d ? &s->wr : &s->rd, RETRY_LIMITS);
 }
 
 static int set_limit(iof_socket *s, int which, bool relative, int64_t v) {
@@ -273,14 +241,10 @@ int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
  * io's thread (or while nobody runs io). */
 static void close_now(iof_socket *s) {
   s->closed = true;
-  iof_wait **lists[2] = {&s->rd, &s->wr};
-  for (int i = 0; i < 2; i++) {
-    for (iof_wait *w = *lists[i]; w; w = w->next) {
-      iof__wait_cancel(w, -ECANCELED);
-      w->obj = NULL;
-    }
-    *lists[i] = NULL;
-  }
+  iof__waitq *qs[2] = {&s->rd, &s->wr};
+  for (int i = 0; i < 2; i++)
+    for (iof__wnode *n; (n = iof__wq_claim_first(qs[i], -ECANCELED));)
+      iof__wait_wake(n->w);
   set_interest(s, 0);
   close(s->fd);
   s->fd = -1;
@@ -563,45 +527,40 @@ ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt) {
 /* ---- foreign descriptors ---------------------------------------------- */
 
 typedef struct fd_wait {
-  iof_wait w;
+  iof_io_op op;
   ev_io io;
   int fd;
-  int ev;
 } fd_wait;
 
 static void on_fd(struct ev_loop *loop, ev_io *ew, int revents) {
   (void)loop;
   /* EV_ERROR: the kernel refused to watch it (see on_io). */
-  iof__wait_complete(ew->data, revents & EV_ERROR ? -ENOMEM : 0);
+  iof__io_complete(ew->data, revents & EV_ERROR ? -ENOMEM : 0);
 }
 
-static int fd_arm(iof_wait *w) {
-  fd_wait *f = (fd_wait *)w;
-  ev_io_init(&f->io, on_fd, f->fd, f->ev);
-  f->io.data = w;
-  ev_io_start(w->io->loop, &f->io);
+static int fd_arm(iof_io_op *op) {
+  fd_wait *f = (fd_wait *)op;
+  ev_io_init(&f->io, on_fd, f->fd, op->dir);
+  f->io.data = op;
+  ev_io_start(op->io->loop, &f->io);
   return 0;
 }
 
-static void fd_disarm(iof_wait *w) {
-  fd_wait *f = (fd_wait *)w;
-  ev_io_stop(w->io->loop, &f->io);
+static void fd_disarm(iof_io_op *op) {
+  fd_wait *f = (fd_wait *)op;
+  ev_io_stop(op->io->loop, &f->io);
 }
 
 static int wait_fd(iof_io_context *io, int fd, int ev, int64_t timeout_ns) {
   if (!io) return -EINVAL;
   if (fd < 0 || fcntl(fd, F_GETFD) < 0) return -EBADF;
-  fd_wait f = {0};
+  fd_wait f;
+  iof__io_op_init(&f.op, io, fd_arm, fd_disarm, NULL);
+  f.op.dir = ev;
   f.fd = fd;
-  f.ev = ev;
-  f.w.io = io;
-  f.w.arm = fd_arm;
-  f.w.disarm = fd_disarm;
-  /* The wait adds the timeout to the clock: keep the sum in range (146
-   * years is still "no time soon"). */
-  if (timeout_ns > INT64_MAX / 2) timeout_ns = INT64_MAX / 2;
-  f.w.timeout_ns = timeout_ns < 0 ? -1 : timeout_ns;
-  return iof__wait(&f.w);
+  int64_t deadline =
+      timeout_ns < 0 ? -1 : iof__sat_add(iof__now_ns(), timeout_ns);
+  return iof__io_wait(&f.op, deadline);
 }
 
 int iof_wait_readable(iof_io_context *io, int fd, int64_t timeout_ns) {

@@ -23,8 +23,8 @@ struct iof_socket {
   bool spec_missed; /* the last speculative read found nothing */
   ev_io w;          /* one watcher for the socket's life; only its mask moves */
   int interest;     /* EV_READ/EV_WRITE currently in w (0: stopped) */
-  iof_wait *rd;     /* waiting readers, FIFO */
-  iof_wait *wr;     /* waiting writers, FIFO */
+  iof__waitq rd;    /* waiting readers, FIFO (io's thread only) */
+  iof__waitq wr;    /* waiting writers, FIFO */
   /* Limits of a wait, per direction ([0] read/accept, [1] write/connect):
    * an absolute monotonic deadline and a per-wait timeout (0: none). Set
    * on io's thread, read by waiting fibers on any thread; `limit_gen`

@@ -29,8 +29,8 @@ ssize_t iof_stream_write_some(iof_stream *s, const void *buf, size_t len) {
 
 int iof_stream_close(iof_stream *s) {
   if (!s || !s->vtbl) return -EINVAL;
-  if (!s->vtbl->close) return -ENOTSUP;
-  return s->vtbl->close(s);
+  if (!(s->vtbl->close)) return -ENOTSUP;
+  return (s->vtbl->close)(s); /* parenthesized: close may be a macro */
 }
 
 int iof_stream_set_deadline(iof_stream *s, int which, int64_t deadline_ns) {

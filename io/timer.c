@@ -1,6 +1,8 @@
-/* Sleeps and timer objects. A sleep is a wait with only a timeout. A timer
- * keeps its waiters in a locked list (cancel may come from any thread) and
- * one libev timer, started from its io_context's thread by the waits. */
+/* Sleeps and timer objects. A sleep is the one wait record with nothing
+ * but its timer: on the fiber's io_context it is a libev timer of that
+ * loop, elsewhere (a thread pool) the timer service. A timer object keeps
+ * its waiters in a locked queue (cancel may come from any thread) and one
+ * libev timer, started from its io_context's thread by the waits. */
 #include <iofiber/timer.h>
 
 #include "io/io_internal.h"
@@ -12,33 +14,45 @@ int64_t iof_now_ns(void) {
   return iof__now_ns();
 }
 
-/* A sleep until `deadline` (monotonic ns) that is `ns` away. */
-static int sleep_to(int64_t ns, int64_t deadline) {
-  iof_fiber *self = iof_fiber_current();
-  if (!self || !self->env) return -EPERM;
-  if (ns <= 0)
-    return iof_stop_requested(self->env->stop_token) ? -ECANCELED : 0;
-  iof_wait w = {0};
-  w.io = iof__io_for_env(self->env);
-  if (!w.io) return -ENOMEM;
-  w.timeout_ns = ns;
-  w.deadline_ns = deadline;
-  int r = iof__wait(&w);
+/* Nothing to queue: the wait ends by its timer or a stop request. */
+static bool sleep_begin(void *op, iof__wait *w) {
+  (void)op;
+  return iof__wait_publish(w);
+}
+
+static const char *describe_sleep(const void *op, const void **obj) {
+  (void)op;
+  *obj = NULL;
+  return "io: timer, signal or resolver";
+}
+
+__attribute__((constructor)) static void name_sleep(void) {
+  iof__debug_wait_kind(sleep_begin, describe_sleep);
+}
+
+static int sleep_until(int64_t deadline) {
+  iof_fiber *self = iof__sync_fiber();
+  if (!self) return -EPERM;
+  iof__wait w;
+  /* The caller checked the deadline: a sleep that starts just before it
+   * still ends after the sleeps whose deadlines came earlier. */
+  int r = iof__wait_block(NULL, sleep_begin, &w, deadline,
+                          IOF__WAIT_CANCELLABLE | IOF__WAIT_IN_ORDER |
+                              IOF__WAIT_IO);
   return r == -ETIMEDOUT ? 0 : r;
 }
 
 int iof_sleep_for(int64_t ns) {
-  int64_t now = iof__now_ns();
-  /* Saturate: a huge ns is a very long sleep, never a wrapped deadline. */
-  return sleep_to(ns, ns <= 0                ? now
-                      : ns > INT64_MAX - now ? INT64_MAX
-                                             : now + ns);
+  if (ns <= 0) return iof_sleep_until(INT64_MIN);
+  return sleep_until(iof__sat_add(iof__now_ns(), ns));
 }
 
 int iof_sleep_until(int64_t deadline_ns) {
-  int64_t now = iof__now_ns();
-  /* A deadline far in the past must not wrap into a huge positive wait. */
-  return sleep_to(deadline_ns > now ? deadline_ns - now : 0, deadline_ns);
+  iof_fiber *self = iof__sync_fiber();
+  if (!self) return -EPERM;
+  if (deadline_ns <= iof__now_ns())
+    return iof_stop_requested(self->env->stop_token) ? -ECANCELED : 0;
+  return sleep_until(deadline_ns);
 }
 
 struct iof_timer {
@@ -46,7 +60,7 @@ struct iof_timer {
   pthread_mutex_t lock;
   int64_t expiry;
   int64_t scheduled; /* the expiry t->w was started for */
-  iof_wait *waiters;
+  iof__waitq waiters;
   ev_timer w; /* io's thread only */
 };
 
@@ -70,7 +84,7 @@ iof_timer *iof_timer_create(iof_io_context *io) {
 int iof_timer_destroy(iof_timer *t) {
   if (!t) return -EINVAL;
   pthread_mutex_lock(&t->lock);
-  bool busy = t->waiters != NULL;
+  bool busy = t->waiters.head != NULL;
   pthread_mutex_unlock(&t->lock);
   if (busy) return -EBUSY;
   pthread_mutex_destroy(&t->lock);
@@ -78,19 +92,22 @@ int iof_timer_destroy(iof_timer *t) {
   return 0;
 }
 
-/* Cancels every waiter; the caller holds the lock. The waiters unlink
- * themselves (disarm) once back on the io_context's thread. */
-static int cancel_locked(iof_timer *t) {
+/* Claims every waiter with `result` and wakes it; the caller holds the
+ * lock. Claimed nodes leave the queue here; the fibers stop the libev
+ * timer (if nobody waits any more) once back on io's thread. */
+static int wake_all_locked(iof_timer *t, int result) {
   int n = 0;
-  for (iof_wait *w = t->waiters; w; w = w->next)
-    if (iof__wait_cancel(w, -ECANCELED)) n++;
+  for (iof__wnode *nd; (nd = iof__wq_claim_first(&t->waiters, result));) {
+    iof__wait_wake(nd->w);
+    n++;
+  }
   return n;
 }
 
 int iof_timer_cancel(iof_timer *t) {
   if (!t) return -EINVAL;
   pthread_mutex_lock(&t->lock);
-  int n = cancel_locked(t);
+  int n = wake_all_locked(t, -ECANCELED);
   pthread_mutex_unlock(&t->lock);
   return n;
 }
@@ -98,15 +115,14 @@ int iof_timer_cancel(iof_timer *t) {
 int iof_timer_expires_at(iof_timer *t, int64_t deadline_ns) {
   if (!t) return -EINVAL;
   pthread_mutex_lock(&t->lock);
-  int n = cancel_locked(t);
+  int n = wake_all_locked(t, -ECANCELED);
   t->expiry = deadline_ns;
   pthread_mutex_unlock(&t->lock);
   return n;
 }
 
 int iof_timer_expires_after(iof_timer *t, int64_t ns) {
-  int64_t now = iof__now_ns(); /* saturating: now >= 0 */
-  return iof_timer_expires_at(t, ns > INT64_MAX - now ? INT64_MAX : now + ns);
+  return iof_timer_expires_at(t, iof__sat_add(iof__now_ns(), ns));
 }
 
 int64_t iof_timer_expiry(const iof_timer *t) {
@@ -119,35 +135,21 @@ int64_t iof_timer_expiry(const iof_timer *t) {
 
 static void schedule(iof_timer *t, int64_t expiry);
 
-/* fire() holds the lock while it completes waiters, and completing
- * disarms: disarm must not take the lock again on that path. */
-static __thread iof_timer *firing;
-
 static void fire(struct ev_loop *loop, ev_timer *ew, int revents) {
   (void)loop;
   (void)revents;
   iof_timer *t = ew->data;
   pthread_mutex_lock(&t->lock);
   int64_t expiry = t->expiry;
-  if (iof__now_ns() < expiry) {
+  if (iof__now_ns() < expiry)
     schedule(t, expiry); /* moved later meanwhile */
-  } else {
-    iof_wait *w = t->waiters;
-    firing = t;
-    while (w) {
-      iof_wait *next = w->next;
-      /* complete() disarms, which unlinks w: hence the saved next. The
-       * lock is recursive in effect: disarm below takes care not to. */
-      iof__wait_complete(w, 0);
-      w = next;
-    }
-    firing = NULL;
-  }
+  else
+    wake_all_locked(t, 0);
   pthread_mutex_unlock(&t->lock);
 }
 
 static void schedule(iof_timer *t, int64_t expiry) {
-  double after = (double)(expiry - iof__now_ns()) / 1e9;
+  double after = (double)iof__sat_sub(expiry, iof__now_ns()) / 1e9;
   t->scheduled = expiry;
   ev_timer_stop(t->io->loop, &t->w);
   ev_timer_init(&t->w, fire, after > 0 ? after : 0., 0.);
@@ -157,35 +159,20 @@ static void schedule(iof_timer *t, int64_t expiry) {
 }
 
 /* arm and disarm run on io's thread. */
-static int timer_arm(iof_wait *w) {
-  iof_timer *t = w->obj;
+static int timer_arm(iof_io_op *op) {
+  iof_timer *t = op->obj;
   pthread_mutex_lock(&t->lock);
-  w->prev = NULL;
-  w->next = t->waiters;
-  if (t->waiters) t->waiters->prev = w;
-  t->waiters = w;
+  iof__wq_push(&t->waiters, &op->node);
   if (!ev_is_active(&t->w) || t->scheduled != t->expiry) schedule(t, t->expiry);
   pthread_mutex_unlock(&t->lock);
   return 0;
 }
 
-static void unlink_waiter(iof_timer *t, iof_wait *w) {
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    t->waiters = w->next;
-  if (w->next) w->next->prev = w->prev;
-  if (!t->waiters) ev_timer_stop(t->io->loop, &t->w);
-}
-
-static void timer_disarm(iof_wait *w) {
-  iof_timer *t = w->obj;
-  if (firing == t) {
-    unlink_waiter(t, w);
-    return;
-  }
+static void timer_disarm(iof_io_op *op) {
+  iof_timer *t = op->obj;
   pthread_mutex_lock(&t->lock);
-  unlink_waiter(t, w);
+  iof__wq_unlink(&t->waiters, &op->node);
+  if (!t->waiters.head) ev_timer_stop(t->io->loop, &t->w);
   pthread_mutex_unlock(&t->lock);
 }
 
@@ -195,11 +182,7 @@ int iof_timer_wait(iof_timer *t) {
   if (!self || !self->env) return -EPERM;
   if (iof_stop_requested(self->env->stop_token)) return -ECANCELED;
   if (iof__now_ns() >= iof_timer_expiry(t)) return 0;
-  iof_wait w = {0};
-  w.io = t->io;
-  w.obj = t;
-  w.arm = timer_arm;
-  w.disarm = timer_disarm;
-  w.timeout_ns = -1;
-  return iof__wait(&w);
+  iof_io_op op;
+  iof__io_op_init(&op, t->io, timer_arm, timer_disarm, t);
+  return iof__io_wait(&op, -1);
 }

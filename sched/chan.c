@@ -156,12 +156,17 @@ static bool op_begin(void *p, iof__wait *w) {
     w->result = r;
     return false;
   }
+  /* Queued before publication: once published, a stop or timer may wake
+   * the fiber on another thread, which then reads op->published. */
+  iof__waitq *q = op->op == IOF_CHAN_SEND ? &ch->sendq : &ch->recvq;
+  iof__wq_push(q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(q, &op->node);
+    op->published = false;
     pthread_mutex_unlock(&ch->lock);
     return false;
   }
-  iof__wq_push(op->op == IOF_CHAN_SEND ? &ch->sendq : &ch->recvq, &op->node);
-  op->published = true;
   pthread_mutex_unlock(&ch->lock);
   return true;
 }
@@ -326,10 +331,8 @@ static bool select_begin(void *p, iof__wait *w) {
     w->result = s->cases[r].status;
     return false;
   }
-  if (!iof__wait_publish(w)) {
-    unlock_all(s);
-    return false;
-  }
+  /* Queued before publication: once published, a stop or timer may wake
+   * the fiber on another thread, which then reads s->published. */
   for (size_t i = 0; i < s->n; i++) {
     iof_chan_case *c = &s->cases[i];
     if (!c->chan) continue;
@@ -341,6 +344,18 @@ static bool select_begin(void *p, iof__wait *w) {
                  nd);
   }
   s->published = true;
+  if (!iof__wait_publish(w)) {
+    for (size_t i = 0; i < s->n; i++) {
+      iof_chan_case *c = &s->cases[i];
+      if (c->chan)
+        iof__wq_unlink(c->op == IOF_CHAN_SEND ? &c->chan->sendq
+                                              : &c->chan->recvq,
+                       &s->nodes[i]);
+    }
+    s->published = false;
+    unlock_all(s);
+    return false;
+  }
   unlock_all(s);
   return true;
 }

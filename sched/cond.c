@@ -49,12 +49,16 @@ static bool cond_begin(void *p, iof__wait *w) {
   }
   iof__mutex_unlock_as(op->m, op->owner);
   op->released = true;
+  /* Queued before publication: once published, a stop or timer may wake
+   * the fiber on another thread, which then reads op->published. */
+  iof__wq_push(&c->q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(&c->q, &op->node);
+    op->published = false;
     pthread_mutex_unlock(&c->lock);
     return false;
   }
-  iof__wq_push(&c->q, &op->node);
-  op->published = true;
   pthread_mutex_unlock(&c->lock);
   return true;
 }

@@ -94,12 +94,16 @@ static bool event_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
+  /* Queued before publication: once published, a stop or timer may wake
+   * the fiber on another thread, which then reads op->published. */
+  iof__wq_push(&e->q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(&e->q, &op->node);
+    op->published = false;
     pthread_mutex_unlock(&e->lock);
     return false;
   }
-  iof__wq_push(&e->q, &op->node);
-  op->published = true;
   pthread_mutex_unlock(&e->lock);
   return true;
 }

@@ -3,6 +3,7 @@
 #include "sched/sched_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 
 static __thread iof_run_mark *tls_marks
@@ -103,4 +104,18 @@ void iof_work_guard_reset(iof_work_guard *g) {
 
 bool iof_work_guard_owns(const iof_work_guard *g) {
   return g && g->ex.vt;
+}
+
+bool iof__spin_step(int64_t start, int i) {
+  if (i & 15) {
+    iof__cpu_relax();
+    return true;
+  }
+  int64_t t = iof__now_ns() - start;
+  if (t > IOF_SPIN_NS) return false;
+  if (t > IOF_SPIN_PAUSE_NS)
+    sched_yield();
+  else
+    iof__cpu_relax();
+  return true;
 }

@@ -33,8 +33,12 @@ static iof_fiber *launched_self(void) {
 }
 
 const iof_env *iof_env_current(void) {
-  iof_fiber *f = iof_fiber_current();
-  return f ? f->env : NULL;
+  /* Peeks: a thread the runtime never saw is outside fibers, and this must
+   * stay callable from libiofiber-hook before constructors, in signal
+   * handlers and in foreign threads (no lazy thread setup there). */
+  iof_thread_state *th = iof__thread_peek();
+  if (!th || th->current == &th->root) return NULL;
+  return th->current->env;
 }
 
 bool iof__env_stopping(const iof_env *env) {
@@ -64,6 +68,7 @@ static void chain_exit(iof_fiber *f) {
   void *user = c->user;
   int status = c->status;
   if (f->strand) iof__strand_release(f);
+  iof__debug_unregister(c);
   iof__fiber_free(f);
   iof_stop_token_release(tok);
   if (on_freed) on_freed(user, status);
@@ -126,9 +131,12 @@ int iof__run_async_ex(iof_executor_ref ex, const iof_launch_opts *opts,
   f->env = &c->env;
   f->on_exit = chain_exit;
   if (opts->name) iof_fiber_set_name(f, opts->name);
+  c->fiber = f;
+  iof__debug_register(c);
   iof_executor_on_work_started(ex);
   int r = ex.vt->post(ex.ex, f);
   if (r < 0) {
+    iof__debug_unregister(c);
     iof__fiber_free(f);
     iof_stop_token_release(c->env.stop_token);
     iof_executor_on_work_finished(ex);
@@ -169,7 +177,11 @@ static iof_fiber *await_hook(iof_fiber *h, void *arg) {
 
 static int await_in(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt) {
   await_call a = {aw, vt};
+  iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
+  c->wait_vt = vt;
+  c->wait_aw = aw;
   iof_fiber_suspend_with(await_hook, &a);
+  c->wait_vt = NULL;
   refresh_allocator(self);
   return vt->resume ? vt->resume(aw) : 0;
 }
@@ -225,10 +237,24 @@ static int hop_resume(void *self) {
 
 static const iof_awaitable_vtbl hop_vtbl = {NULL, hop_suspend, hop_resume};
 
+__attribute__((constructor)) static void name_hops(void) {
+  iof__debug_label(&hop_vtbl, "executor hop (yield, iof_run)", NULL);
+}
+
+static iof_fiber *strand_yield_hook(iof_fiber *h, void *arg) {
+  return iof__strand_yield(h, arg);
+}
+
 int iof_yield(void) {
   iof_fiber *self = launched_self();
   if (!self) return -EPERM;
   if (iof__env_stopping(self->env)) return -ECANCELED;
+  if (iof__is_strand_of(self->env->executor, self)) {
+    int err = 0;
+    iof_fiber_suspend_with(strand_yield_hook, &err);
+    refresh_allocator(self);
+    return err;
+  }
   /* await_in directly, not iof_await: one frame fewer to return through
    * after the switch (each return there is mispredicted). */
   hop hp = {self->env->executor, 0, 1};
@@ -249,14 +275,18 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
     env.frame_allocator = opts->frame_allocator;
   iof_frame_allocator *saved = iof_current_frame_allocator();
   bool hops = !iof_executor_equal(env.executor, caller->executor);
+  iof_execution_context *away = NULL;
   if (hops) {
     if (iof_execution_context_stopping(iof_executor_context(env.executor)))
       return -ESHUTDOWN;
     iof_executor_on_work_started(env.executor);
     self->env = &env;
+    away = iof_executor_context(caller->executor);
+    if (away) atomic_fetch_add_explicit(&away->away, 1, memory_order_relaxed);
     hop there = {env.executor, 0, 0};
     await_in(self, &there, &hop_vtbl);
     if (there.err < 0) {
+      if (away) atomic_fetch_sub_explicit(&away->away, 1, memory_order_relaxed);
       self->env = caller;
       iof_executor_on_work_finished(env.executor);
       iof_set_current_frame_allocator(saved);
@@ -273,6 +303,7 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
      * its context shuts down, so the call always returns there. */
     hop back = {caller->executor, 0, 0};
     await_in(self, &back, &hop_vtbl);
+    if (away) atomic_fetch_sub_explicit(&away->away, 1, memory_order_relaxed);
     iof_executor_on_work_finished(env.executor);
     /* The return is a resume: await_in refreshed the allocator from the
      * caller's env, as every resume does (a value saved on another thread

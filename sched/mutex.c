@@ -69,12 +69,16 @@ static bool lock_begin(void *p, iof__wait *w) {
       break;
     }
   }
+  /* Queued before publication: once published, a stop or timer may wake
+   * the fiber on another thread, which then reads op->published. */
+  iof__wq_push(&m->q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(&m->q, &op->node);
+    op->published = false;
     pthread_mutex_unlock(&m->lock); /* state 2 with no waiter is harmless */
     return false;
   }
-  iof__wq_push(&m->q, &op->node);
-  op->published = true;
   pthread_mutex_unlock(&m->lock);
   return true;
 }

@@ -24,7 +24,26 @@ typedef struct iof_chain {
    * context, cached for the chain's life (the context outlives it). */
   const void *sync_ctx;
   void *sync_svc;
+  /* Debug registry (sched/debug.c): the list of live chains, and the await
+   * in progress (set around each suspension, read by iof_fiber_walk). */
+  struct iof_chain *dbg_prev, *dbg_next;
+  iof_fiber *fiber;
+  unsigned long dbg_id;
+  const void *wait_vt;
+  void *wait_aw;
 } iof_chain;
+
+/* Adds a new chain to the registry of live fibers / removes it (before its
+ * frame is freed). One short lock each; nothing on switches. */
+IOF_HIDDEN void iof__debug_register(iof_chain *c);
+IOF_HIDDEN void iof__debug_unregister(iof_chain *c);
+
+/* Names a vtable (an executor's or an awaitable's) for iof_fiber_walk.
+ * `describe`, if given, refines the label from the awaitable itself and
+ * may set *obj to the object it waits on. Called from constructors. */
+typedef const char *(*iof__debug_describe_fn)(const void *aw, const void **obj);
+IOF_HIDDEN void iof__debug_label(const void *vt, const char *label,
+                                 iof__debug_describe_fn describe);
 
 /* iof_run_async plus an on_freed callback (see iof_chain): a parent that
  * waits for children learns of their end only once their frames are
@@ -68,14 +87,90 @@ IOF_HIDDEN bool iof__chain_cancel(iof_fiber *f);
 /* Releases the strand held by f (the switch-out hook of strands). */
 IOF_HIDDEN void iof__strand_release(iof_fiber *f);
 
+/* iof_yield of a fiber that holds the strand it runs on, from the switch
+ * hook (h suspended): h goes behind the fibers waiting for the strand (or
+ * keeps it) in one locked step instead of a release and a new post.
+ * Returns NULL, or h to resume at once with *err set when the inner
+ * executor refused it. */
+IOF_HIDDEN iof_fiber *iof__strand_yield(iof_fiber *h, int *err);
+
+/* True if ex is the strand h holds. */
+IOF_HIDDEN bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h);
+
 /* CLOCK_MONOTONIC in nanoseconds (deadlines of sched/ and io/). */
 IOF_HIDDEN int64_t iof__now_ns(void);
+
+/* a + b and a - b saturated to int64_t: every deadline and timeout
+ * computation goes through these, so INT64_MAX stays "never" and INT64_MIN
+ * "long past" instead of wrapping around. */
+static inline int64_t iof__sat_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
+
+static inline int64_t iof__sat_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) return b < 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
 
 /* The fiber's context is shutting down (await refuses to start). */
 IOF_HIDDEN bool iof__env_stopping(const iof_env *env);
 
 /* Reports on stderr a fiber that would not finish during a destroy. */
 IOF_HIDDEN void iof__report_stuck(const char *what, size_t n);
+
+/* Spinning before parking. A thread that just ran fibers and finds its
+ * queue empty watches it for up to IOF_SPIN_NS before it sleeps (in a
+ * futex or epoll_wait): a fiber hopping back and forth between threads
+ * then finds the other side awake, and the poster skips the wake-up
+ * syscall. Only after work: an idle thread never spins, so idle stays
+ * idle (at most one spin of IOF_SPIN_NS per thread after the last work). */
+#define IOF_SPIN_NS 20000
+/* Pause-only spinning for this long, then sched_yield between checks: on a
+ * busy machine the thread we wait for may be waiting for this CPU. */
+#define IOF_SPIN_PAUSE_NS 5000
+
+static inline void iof__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* One step of a spin that started at `start`: pause or yield. False once
+ * IOF_SPIN_NS have passed. */
+IOF_HIDDEN bool iof__spin_step(int64_t start, int i);
+
+/* Adaptive spinning, as glibc's adaptive mutexes do: a spin that timed
+ * out halves the credit, one that found work adds to it; without credit
+ * the thread parks at once and probes with a spin every 32nd time. On a
+ * machine whose CPUs are taken by other work spins keep failing (the
+ * thread waited for is not running) and would only add their length to
+ * every hop: there this falls back to plain parking. Used by one thread
+ * at a time (the pool's single spinner under its lock; the io loop). */
+typedef struct iof_spin_policy {
+  int credit;
+  unsigned skipped;
+} iof_spin_policy;
+
+#define IOF_SPIN_CREDIT_MAX 16
+
+static inline bool iof__spin_allowed(iof_spin_policy *sp) {
+  if (sp->credit > 0) return true;
+  if (++sp->skipped < 32) return false;
+  sp->skipped = 0;
+  return true;
+}
+
+static inline void iof__spin_result(iof_spin_policy *sp, bool found) {
+  if (found)
+    sp->credit += sp->credit < IOF_SPIN_CREDIT_MAX;
+  else
+    sp->credit /= 2;
+}
 
 /* Intrusive FIFO of fibers through f->next. */
 typedef struct iof_fiber_queue {

@@ -39,12 +39,16 @@ static bool sem_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
+  /* Queued before publication: once published, a stop or timer may wake
+   * the fiber on another thread, which then reads op->published. */
+  iof__wq_push(&s->q, &op->node);
+  op->published = true;
   if (!iof__wait_publish(w)) {
+    iof__wq_unlink(&s->q, &op->node);
+    op->published = false;
     pthread_mutex_unlock(&s->lock);
     return false;
   }
-  iof__wq_push(&s->q, &op->node);
-  op->published = true;
   pthread_mutex_unlock(&s->lock);
   return true;
 }

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+static const iof_executor_vtbl strand_vtbl;
+
 struct iof_strand {
   iof_executor_ref inner;
   pthread_mutex_t lock;
@@ -85,6 +87,34 @@ void iof__strand_release(iof_fiber *f) {
   if (next) hand_over(s, next);
 }
 
+iof_fiber *iof__strand_yield(iof_fiber *h, int *err) {
+  iof_strand *s = h->strand;
+  h->strand = NULL;
+  /* Release and queue again under one lock: h goes behind the fibers
+   * waiting, or keeps the strand when none is. */
+  pthread_mutex_lock(&s->lock);
+  iof_fiber *next = iof__q_pop(&s->q);
+  if (next) iof__q_push(&s->q, h);
+  pthread_mutex_unlock(&s->lock);
+  int r = hand_over(s, next ? next : h);
+  if (r < 0 && !next) {
+    /* The inner executor refused h: it goes on at once, without the
+     * strand, as a refused yield does. */
+    pthread_mutex_lock(&s->lock);
+    iof_fiber *n2 = iof__q_pop(&s->q);
+    if (!n2) s->busy = false;
+    pthread_mutex_unlock(&s->lock);
+    if (n2) hand_over(s, n2);
+    *err = r;
+    return h;
+  }
+  return NULL;
+}
+
+bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h) {
+  return h->strand && ex.vt == &strand_vtbl && ex.ex == h->strand;
+}
+
 static iof_execution_context *strand_context(const void *ex) {
   return iof_executor_context(((const iof_strand *)ex)->inner);
 }
@@ -106,6 +136,10 @@ static void strand_work_finished(const void *ex) {
 static const iof_executor_vtbl strand_vtbl = {
     strand_dispatch, strand_post,         NULL,
     strand_context,  strand_work_started, strand_work_finished};
+
+__attribute__((constructor)) static void name_strand(void) {
+  iof__debug_label(&strand_vtbl, "strand", NULL);
+}
 
 iof_strand *iof_strand_create(iof_executor_ref inner) {
   if (!inner.vt) {

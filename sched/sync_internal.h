@@ -1,9 +1,12 @@
-/* The waiter machinery shared by the sync primitives (mutex, cond, sem,
- * event, chan). Not installed.
+/* The one wait record of the runtime. Not installed.
  *
- * A blocking call keeps one wait record (iof__wait) and one queue node per
- * queue it waits in (iof__wnode; several for a channel select), both on the
- * waiting fiber's (or thread's) stack: waiting never allocates.
+ * Every blocking call (a sync primitive, a channel or select, a sleep, a
+ * socket, timer, signal or resolver wait of io/) keeps one wait record
+ * (iof__wait) and, where it queues somewhere, queue nodes (iof__wnode;
+ * several for a select), all on the waiting fiber's (or thread's) stack:
+ * waiting never allocates. What differs between kinds of wait is only the
+ * `begin` callback that arms it: a primitive's queue under its lock, or a
+ * libev watcher on an io_context (io/ wraps the record in iof_io_op).
  *
  * The record's state settles every race with one atomic claim:
  *
@@ -11,20 +14,22 @@
  *     |                                             request, a timer or
  *     +--early cancel/timeout--> EARLY_*            the context shutdown)
  *
- * - A fiber publishes its nodes from the awaitable's suspend, i.e. after it
- *   has switched away (no lost wake-up across threads). The primitive's
- *   `begin` function does it under the primitive's lock: re-check, then
- *   either complete at once or publish (CAS INIT->WAITING) and enqueue.
- * - Whoever wins WAITING->DONE (a waker holding the primitive's lock, a stop
- *   callback, a timer, the shutdown service) owns the wake: it writes the
- *   result and then wakes the waiter exactly once; the losers do nothing
- *   (a waker skips such a node and unlinks it).
+ * - A fiber publishes from the awaitable's suspend, i.e. after it has
+ *   switched away (no lost wake-up across threads): `begin` re-checks,
+ *   then either completes at once or enqueues/arms and publishes (CAS
+ *   INIT->WAITING).
+ * - Whoever wins WAITING->DONE (a waker, a libev callback, a stop
+ *   callback, the timer, the shutdown registry) owns the wake: it writes
+ *   the result and then wakes the waiter exactly once; the losers do
+ *   nothing (a waker skips such a node and unlinks it).
  * - A stop request, timer or shutdown that comes before publication moves
  *   INIT to EARLY_*; publication then fails and the fiber resumes at once
  *   with -ECANCELED / -ETIMEDOUT, never having been queued.
- * - Waking a fiber is a post to the executor captured in suspend (the env's
- *   executor): never an inline resume. Waking a plain thread signals its
- *   parker (a mutex + condvar on the thread's stack).
+ * - Waking a fiber is a post to the executor the wait belongs to (the
+ *   env's executor, or the io_context of an io wait): never an inline
+ *   resume. Waking a plain thread signals its parker.
+ * - The timer of a timed wait is an iof__timer (timer_internal.h): on the
+ *   waiter's own event loop when it has one, else the timer service.
  * - Wakers unlink the node they claim; nodes left in a queue by a
  *   cancellation (or by the other cases of a select) are unlinked by their
  *   owner after it resumes, under the primitive's lock. */
@@ -34,7 +39,7 @@
 #include <iofiber/sync.h>
 
 #include "sched/sched_internal.h"
-#include "sched/timer_hook.h"
+#include "sched/timer_internal.h"
 
 enum {
   IOF__W_INIT = 0,
@@ -52,13 +57,13 @@ typedef struct iof__parker {
 
 typedef struct iof__wait {
   atomic_int state;
-  int result;       /* written by the claimer before the wake */
-  int index;        /* the node that won (select) */
-  bool by_waker;    /* claimed by a waker (which unlinked the node) */
-  iof_fiber *fiber; /* NULL: a thread waiter (parker) */
-  iof_executor_ref ex;
+  int result;          /* written by the claimer before the wake */
+  int index;           /* the node that won (select) */
+  bool by_waker;       /* claimed by a waker (which unlinked the node) */
+  iof_fiber *fiber;    /* NULL: a thread waiter (parker) */
+  iof_executor_ref ex; /* where a fiber is woken */
   iof__parker *parker;
-  /* Fiber waits: the stop callback, the timer, the shutdown registry. */
+  /* The stop callback (fibers), the timer, the shutdown registry. */
   iof_stop_callback stop_cb;
   iof__timer timer;
   bool timer_armed;
@@ -152,30 +157,58 @@ IOF_HIDDEN bool iof__wait_publish(iof__wait *w);
 IOF_HIDDEN void iof__wait_wake(iof__wait *w);
 
 /* Completes a pending (or not yet published) wait with `result` from a
- * stop callback, a timer or the shutdown service; no-op if claimed. */
-IOF_HIDDEN void iof__wait_abort(iof__wait *w, int result);
+ * stop callback, a timer or the shutdown service. True if this call
+ * settled it (claimed and woke it, or made it EARLY_*); false if another
+ * claim came first. */
+IOF_HIDDEN bool iof__wait_abort(iof__wait *w, int result);
 
 /* The primitive's half of a blocking call. Called with the record ready
  * (on the resumer's stack for a fiber, on the thread itself otherwise);
  * takes the primitive's lock, re-checks, and either completes at once
- * (sets w->result, returns false) or publishes with iof__wait_publish and
- * enqueues its node(s) (returns true). If publication fails, returns false
- * (w->result was set by it). */
+ * (sets w->result, returns false) or enqueues its node(s), records that it
+ * did (the owner reads that after waking) and only then publishes with
+ * iof__wait_publish (returns true): once published, a stop request or the
+ * timer may claim and wake the waiter on another thread at once, without
+ * the primitive's lock. If publication fails, it unlinks its node(s) and
+ * returns false (w->result was set by iof__wait_publish). */
 typedef bool (*iof__wait_begin)(void *op, iof__wait *w);
+
+/* Names a kind of wait for iof_fiber_walk: a fiber blocked through
+ * `begin` is described by describe(op, &obj) (op: the op given to the
+ * wait). From a constructor; a few kinds only (io/). */
+IOF_HIDDEN void iof__debug_wait_kind(iof__wait_begin begin,
+                                     iof__debug_describe_fn describe);
 
 enum {
   IOF__WAIT_CANCELLABLE = 1, /* the chain's stop token and the context's
                                 shutdown complete it with -ECANCELED */
+  IOF__WAIT_IN_ORDER = 2,    /* a fiber whose deadline has just passed is
+                                not failed at once but timed out by its
+                                timer, in deadline order with the others
+                                (sleeps) */
+  IOF__WAIT_IO = 4,          /* an io/ wait (a sleep): debuggers label it
+                                "io" (iof__wait_block_on implies it) */
 };
 
 /* Blocks the caller (a launched fiber: suspends it; anything else: blocks
  * the thread) until `begin` completes or a claim wakes it. deadline_ns < 0:
- * none. Returns w->result; for fibers also -ECANCELED (stop requested or
- * context shutting down), -ETIMEDOUT (deadline passed), -ENOTSUP (a
- * deadline and no timer provider). The caller then unlinks its node(s)
- * unless w->by_waker (a single-node wait claimed by a waker). */
+ * none (a passed deadline: -ETIMEDOUT at once, begin not called). Returns
+ * w->result; also -ECANCELED (fibers: stop requested or context shutting
+ * down), -ETIMEDOUT (deadline passed), -ENOMEM/-EAGAIN (the timer could
+ * not be armed). The caller then unlinks its node(s) unless w->by_waker (a
+ * single-node wait claimed by a waker). */
 IOF_HIDDEN int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
                                int64_t deadline_ns, int flags);
+
+/* iof__wait_block for `self`, the calling launched fiber, whose wait
+ * belongs to executor `where` (io/: the io_context the operation is armed
+ * on) rather than to its env's: the fiber must already run on where's
+ * thread; begin runs there, the timer uses where's loop, the wait
+ * registers with where's context for its shutdown, and the wake posts the
+ * fiber to `where`, so the call returns on where's thread. */
+IOF_HIDDEN int iof__wait_block_on(iof_fiber *self, iof_executor_ref where,
+                                  void *op, iof__wait_begin begin, iof__wait *w,
+                                  int64_t deadline_ns, int flags);
 
 /* The launched fiber running here, or NULL (a thread or a raw fiber:
  * those block their thread). */

@@ -11,6 +11,10 @@ struct iof_thread_pool {
   pthread_mutex_t lock;
   pthread_cond_t cv;
   iof_fiber_queue q;
+  atomic_long queued; /* fibers in q: what a spinning worker watches */
+  int spinning;       /* workers spinning (lock): posts need not signal */
+  iof_spin_policy spin_policy; /* (lock) */
+  int sleeping;                /* workers in cond_wait (lock) */
   atomic_long work;
   bool stop;
   bool joining;
@@ -19,21 +23,57 @@ struct iof_thread_pool {
   pthread_t *threads;
 };
 
+static iof_fiber *pop(iof_thread_pool *p) {
+  iof_fiber *f = iof__q_pop(&p->q);
+  if (f) atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
+  return f;
+}
+
+/* Called with the lock held, queue empty, after running fibers: watches the
+ * queue without the lock for up to IOF_SPIN_NS. One spinner at a time (the
+ * others sleep: on two cores a second spinner only steals the CPU). */
+static void spin(iof_thread_pool *p) {
+  if (p->spinning || !iof__spin_allowed(&p->spin_policy)) return;
+  p->spinning++;
+  pthread_mutex_unlock(&p->lock);
+  int64_t start = iof__now_ns();
+  /* Stop and join are seen under the lock once the spin ends. */
+  for (int i = 1; !atomic_load_explicit(&p->queued, memory_order_relaxed) &&
+                  iof__spin_step(start, i);
+       i++) {
+  }
+  bool found = atomic_load_explicit(&p->queued, memory_order_relaxed) != 0;
+  pthread_mutex_lock(&p->lock);
+  p->spinning--;
+  iof__spin_result(&p->spin_policy, found);
+}
+
 static void *worker(void *arg) {
   iof_thread_pool *p = arg;
   iof_run_mark mark;
   iof__run_mark_push(&mark, &p->ctx);
   pthread_mutex_lock(&p->lock);
+  bool ran = false;
   for (;;) {
-    iof_fiber *f = p->stop ? NULL : iof__q_pop(&p->q);
+    iof_fiber *f = p->stop ? NULL : pop(p);
     if (f) {
       pthread_mutex_unlock(&p->lock);
       iof_fiber_resume(f);
       pthread_mutex_lock(&p->lock);
+      ran = true;
       continue;
     }
     if (p->stop || (p->joining && atomic_load(&p->work) == 0)) break;
+    if (ran) {
+      /* Re-checked under the lock after the spin: a post made while the
+       * spinner counted did not signal, and is found here. */
+      ran = false;
+      spin(p);
+      continue;
+    }
+    p->sleeping++;
     pthread_cond_wait(&p->cv, &p->lock);
+    p->sleeping--;
   }
   pthread_mutex_unlock(&p->lock);
   iof__run_mark_pop(&mark);
@@ -45,7 +85,9 @@ static int pool_post(const void *ex, iof_fiber *h) {
   if (iof__refuse_after_shutdown(&p->ctx, h)) return -ESHUTDOWN;
   pthread_mutex_lock(&p->lock);
   iof__q_push(&p->q, h);
-  pthread_cond_signal(&p->cv);
+  atomic_fetch_add_explicit(&p->queued, 1, memory_order_relaxed);
+  /* A spinner takes it (or re-checks under the lock before sleeping). */
+  if (p->sleeping && !p->spinning) pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->lock);
   return 0;
 }
@@ -79,6 +121,10 @@ static const iof_executor_vtbl pool_vtbl = {
     pool_dispatch, pool_post,         NULL,
     pool_context,  pool_work_started, pool_work_finished};
 
+__attribute__((constructor)) static void name_pool(void) {
+  iof__debug_label(&pool_vtbl, "thread_pool", NULL);
+}
+
 iof_thread_pool *iof_thread_pool_create(size_t n) {
   if (n == 0 || n > 1024) {
     errno = EINVAL;
@@ -96,6 +142,8 @@ iof_thread_pool *iof_thread_pool_create(size_t n) {
   pthread_mutex_init(&p->lock, NULL);
   pthread_cond_init(&p->cv, NULL);
   atomic_init(&p->work, 0);
+  atomic_init(&p->queued, 0);
+  p->spin_policy.credit = 4;
   for (size_t i = 0; i < n; i++) {
     int r = pthread_create(&t[i], NULL, worker, p);
     if (r != 0) {

@@ -1,10 +1,11 @@
-/* The waiter machinery of the sync primitives (see sync_internal.h): the
- * claim protocol, blocking a fiber (iof_await) or a thread (a parker), the
- * stop callback and timer of a pending wait, the per-context registry that
- * cancels pending waits at shutdown, and the timer hook io/ fills in. */
+/* The one wait record (see sync_internal.h): the claim protocol, blocking
+ * a fiber (iof_await) or a thread (a parker), the stop callback and timer
+ * of a pending wait, and the per-context registry that cancels pending
+ * waits at shutdown. */
 #include "sched/sync_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -17,9 +18,7 @@ int64_t iof__now_ns(void) {
 }
 
 int64_t iof_deadline_after(int64_t ns) {
-  int64_t now = iof__now_ns();
-  if (ns < 0) ns = 0;
-  return ns > INT64_MAX - now ? INT64_MAX : now + ns;
+  return iof__sat_add(iof__now_ns(), ns < 0 ? 0 : ns);
 }
 
 iof_fiber *iof__sync_fiber(void) {
@@ -39,35 +38,6 @@ __attribute__((noinline)) uint32_t iof__sync_random(void) {
   x ^= x << 5;
   tls_rand = x;
   return x;
-}
-
-/* ---- timer hook ------------------------------------------------------- */
-
-/* The timer thread (timer_thread.c) until someone installs another. */
-extern const iof__timer_provider iof__timer_thread_provider;
-static const iof__timer_provider *_Atomic timer_provider =
-    &iof__timer_thread_provider;
-
-void iof__timer_provider_set(const iof__timer_provider *p) {
-  atomic_store_explicit(&timer_provider, p, memory_order_release);
-}
-
-const iof__timer_provider *iof__timer_provider_get(void) {
-  return atomic_load_explicit(&timer_provider, memory_order_acquire);
-}
-
-int iof__timer_arm(iof__timer *t, const iof_env *env, int64_t deadline_ns,
-                   void (*fire)(void *), void *arg) {
-  const iof__timer_provider *p = iof__timer_provider_get();
-  if (!p || !p->arm) return -ENOTSUP;
-  t->fire = fire;
-  t->arg = arg;
-  return p->arm(t, env, deadline_ns);
-}
-
-void iof__timer_cancel(iof__timer *t) {
-  const iof__timer_provider *p = iof__timer_provider_get();
-  if (p && p->cancel) p->cancel(t);
 }
 
 /* ---- claims and wakes ------------------------------------------------- */
@@ -97,7 +67,7 @@ void iof__wait_wake(iof__wait *w) {
   pthread_mutex_unlock(&p->m);
 }
 
-void iof__wait_abort(iof__wait *w, int result) {
+bool iof__wait_abort(iof__wait *w, int result) {
   int s = atomic_load_explicit(&w->state, memory_order_acquire);
   for (;;) {
     if (s == IOF__W_INIT) {
@@ -105,7 +75,7 @@ void iof__wait_abort(iof__wait *w, int result) {
           result == -ETIMEDOUT ? IOF__W_EARLY_TIMEDOUT : IOF__W_EARLY_CANCELED;
       if (atomic_compare_exchange_weak_explicit(
               &w->state, &s, early, memory_order_acq_rel, memory_order_acquire))
-        return; /* publication will fail; the fiber resumes at once */
+        return true; /* publication will fail; the fiber resumes at once */
     } else if (s == IOF__W_WAITING) {
       if (atomic_compare_exchange_weak_explicit(&w->state, &s, IOF__W_DONE,
                                                 memory_order_acq_rel,
@@ -114,91 +84,101 @@ void iof__wait_abort(iof__wait *w, int result) {
         w->index = -1;
         w->by_waker = false;
         iof__wait_wake(w);
-        return;
+        return true;
       }
     } else {
-      return; /* claimed already: the winner wakes it */
+      return false; /* claimed already: the winner wakes it */
     }
   }
 }
 
 static void on_stop(void *arg) {
-  iof__wait_abort(arg, -ECANCELED);
+  (void)iof__wait_abort(arg, -ECANCELED);
 }
 
 static void on_timer(void *arg) {
-  iof__wait_abort(arg, -ETIMEDOUT);
+  (void)iof__wait_abort(arg, -ETIMEDOUT);
 }
 
 /* ---- the shutdown registry -------------------------------------------
  * One service per execution context holds the pending cancellable fiber
  * waits of its fibers; its shutdown completes them with -ECANCELED, so
  * that a fiber blocked on a primitive unwinds during the context's drain
- * (DESIGN 3: every started fiber runs to its end). */
+ * (every started fiber runs to its end). */
 
 typedef struct sync_service {
   iof_service base;
-  pthread_mutex_t lock;
+  atomic_flag lock; /* held for a list insert or removal, or the shutdown
+                       walk: a spin lock costs a few instructions where a
+                       mutex costs ~50, on every wait */
   bool shut;
   iof__wait *head;
 } sync_service;
+
+static void svc_lock(sync_service *s) {
+  for (int spins = 0;
+       atomic_flag_test_and_set_explicit(&s->lock, memory_order_acquire);)
+    if (++spins > 64) sched_yield(); /* the holder is walking a shutdown */
+}
+
+static void svc_unlock(sync_service *s) {
+  atomic_flag_clear_explicit(&s->lock, memory_order_release);
+}
 
 static iof_service *svc_create(iof_execution_context *ctx) {
   (void)ctx;
   sync_service *s = calloc(1, sizeof *s);
   if (!s) return NULL;
-  pthread_mutex_init(&s->lock, NULL);
+  atomic_flag_clear(&s->lock);
   return &s->base;
 }
 
 static void svc_shutdown(iof_service *base) {
   sync_service *s = (sync_service *)base;
-  pthread_mutex_lock(&s->lock);
+  svc_lock(s);
   s->shut = true;
   /* Aborting only posts; each fiber unlinks itself once it runs, which
    * needs this lock: it cannot happen before we let go of it. */
   for (iof__wait *w = s->head; w; w = w->reg_next)
-    iof__wait_abort(w, -ECANCELED);
-  pthread_mutex_unlock(&s->lock);
+    (void)iof__wait_abort(w, -ECANCELED);
+  svc_unlock(s);
 }
 
 static void svc_destroy(iof_service *base) {
   sync_service *s = (sync_service *)base;
-  pthread_mutex_destroy(&s->lock);
   free(s);
 }
 
 static const iof_service_key sync_service_key = {"iofiber.sync", svc_create,
                                                  svc_shutdown, svc_destroy};
 
-/* The registry of env's context (NULL: none, a user executor without a
- * context; errno ESHUTDOWN when refused). For the chain's own env the
- * pointer is cached in the chain: the context outlives its chains, while
- * an env of iof_run may name a context that a later hop would not. */
-static sync_service *svc_for(iof_fiber *self, const iof_env *env) {
-  iof_execution_context *ctx = iof_executor_context(env->executor);
+/* The registry of ctx (NULL: none, a user executor without a context;
+ * errno ESHUTDOWN when refused). For the context of the chain's own env
+ * the pointer is cached in the chain: the context outlives its chains. */
+static sync_service *svc_for(iof_fiber *self, const iof_env *env,
+                             iof_execution_context *ctx) {
   if (!ctx) return NULL;
   iof_chain *c = self->sched;
-  bool own = env == &c->env;
-  if (own && c->sync_ctx == ctx) return c->sync_svc;
+  if (c->sync_ctx == ctx) return c->sync_svc;
   sync_service *s = (sync_service *)iof_use_service(ctx, &sync_service_key);
-  if (s && own) {
+  if (s && env == &c->env && iof_executor_context(env->executor) == ctx) {
     c->sync_ctx = ctx;
     c->sync_svc = s;
   }
   return s;
 }
 
-/* Registers w with its context. False: the context is shutting down (or
- * the service could not be made): the wait must fail with -ECANCELED. */
-static bool reg_add(iof__wait *w, iof_fiber *self, const iof_env *env) {
+/* Registers w with ctx. False: the context is shutting down (or the
+ * service could not be made): the wait must fail with -ECANCELED. */
+static bool reg_add(iof__wait *w, iof_fiber *self, const iof_env *env,
+                    iof_execution_context *ctx) {
   w->reg_svc = NULL;
   errno = 0;
-  sync_service *s = svc_for(self, env);
+  sync_service *s = svc_for(self, env, ctx);
   if (!s) return errno != ESHUTDOWN; /* ENOMEM: wait, unregistered */
-  pthread_mutex_lock(&s->lock);
+  svc_lock(s);
   if (s->shut) {
-    pthread_mutex_unlock(&s->lock);
+    svc_unlock(s);
     return false;
   }
   w->reg_prev = NULL;
@@ -206,20 +186,20 @@ static bool reg_add(iof__wait *w, iof_fiber *self, const iof_env *env) {
   if (s->head) s->head->reg_prev = w;
   s->head = w;
   w->reg_svc = s;
-  pthread_mutex_unlock(&s->lock);
+  svc_unlock(s);
   return true;
 }
 
 static void reg_remove(iof__wait *w) {
   sync_service *s = w->reg_svc;
   if (!s) return;
-  pthread_mutex_lock(&s->lock);
+  svc_lock(s);
   if (w->reg_prev)
     w->reg_prev->reg_next = w->reg_next;
   else
     s->head = w->reg_next;
   if (w->reg_next) w->reg_next->reg_prev = w->reg_prev;
-  pthread_mutex_unlock(&s->lock);
+  svc_unlock(s);
   w->reg_svc = NULL;
 }
 
@@ -232,35 +212,75 @@ typedef struct wait_aw {
   bool ran;
 } wait_aw;
 
-/* On the resumer's stack, h suspended: capture where to wake it, then let
- * the primitive complete at once (resume h now) or publish h. */
+/* On the resumer's stack, h suspended: let the primitive complete at once
+ * (resume h now) or publish h. */
 static iof_fiber *wait_suspend(void *self, iof_fiber *h, const iof_env *env) {
+  (void)env;
   wait_aw *a = self;
-  iof__wait *w = a->w;
   a->ran = true;
-  w->fiber = h;
-  w->ex = env->executor;
   /* Completed at once: resume h now (await_hook sends it back through
    * its executor if it left a strand). */
-  return a->begin(a->op, w) ? NULL : h;
+  return a->begin(a->op, a->w) ? NULL : h;
 }
 
 static const iof_awaitable_vtbl wait_vtbl = {NULL, wait_suspend, NULL};
 
-static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
-                       iof__wait *w, int64_t deadline_ns, int flags) {
-  const iof_env *env = iof_env_current();
+/* io waits (iof__wait_block_on, IOF__WAIT_IO) show as such in a
+ * debugger, which reads only the awaitable's label, not describe_wait. */
+static const iof_awaitable_vtbl io_wait_vtbl = {NULL, wait_suspend, NULL};
+
+/* What iof_fiber_walk says of a wait: the describer registered for its
+ * begin callback, else the awaitable's label, on the primitive's op. */
+#define MAX_KINDS 8
+
+static struct wait_kind {
+  iof__wait_begin begin;
+  iof__debug_describe_fn describe;
+} kinds[MAX_KINDS];
+static atomic_int nkinds;
+
+void iof__debug_wait_kind(iof__wait_begin begin,
+                          iof__debug_describe_fn describe) {
+  int i = atomic_fetch_add(&nkinds, 1);
+  if (i >= MAX_KINDS) return; /* shown under its awaitable's label */
+  kinds[i] = (struct wait_kind){begin, describe};
+}
+
+static const char *describe_wait(const void *aw, const void **obj) {
+  const wait_aw *a = aw;
+  *obj = a->op;
+  int n = atomic_load(&nkinds);
+  if (n > MAX_KINDS) n = MAX_KINDS;
+  for (int i = 0; i < n; i++)
+    if (kinds[i].begin == a->begin) return kinds[i].describe(a->op, obj);
+  return NULL;
+}
+
+__attribute__((constructor)) static void name_wait(void) {
+  iof__debug_label(&wait_vtbl, "sync primitive (mutex, cond, sem, event, chan)",
+                   describe_wait);
+  iof__debug_label(&io_wait_vtbl, "io", describe_wait);
+}
+
+static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
+                       iof__wait_begin begin, iof__wait *w, int64_t deadline_ns,
+                       int flags) {
+  const iof_env *env = self->env;
   bool cancellable = flags & IOF__WAIT_CANCELLABLE;
   if (cancellable && iof_stop_requested(env->stop_token)) return -ECANCELED;
+  bool io = where.vt != NULL || (flags & IOF__WAIT_IO);
+  if (!where.vt) where = env->executor;
+  w->fiber = self;
+  w->ex = where;
   w->timer_armed = false;
   w->reg_svc = NULL;
+  if (deadline_ns >= 0 && !(flags & IOF__WAIT_IN_ORDER) &&
+      iof__now_ns() >= deadline_ns)
+    return -ETIMEDOUT;
+  if (cancellable && !reg_add(w, self, env, iof_executor_context(where)))
+    return -ECANCELED;
   if (deadline_ns >= 0) {
-    if (iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
-    if (!iof__timer_provider_get()) return -ENOTSUP;
-  }
-  if (cancellable && !reg_add(w, self, env)) return -ECANCELED;
-  if (deadline_ns >= 0) {
-    int r = iof__timer_arm(&w->timer, env, deadline_ns, on_timer, w);
+    int r = iof__timer_arm(&w->timer, where, deadline_ns, on_timer, w);
     if (r < 0) {
       reg_remove(w);
       return r;
@@ -276,10 +296,11 @@ static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
     stop_reg = true;
   }
   wait_aw a = {op, begin, w, false};
-  int r = cancellable ? iof_await(&a, &wait_vtbl)
-                      : iof__await_always(&a, &wait_vtbl);
+  const iof_awaitable_vtbl *vt = io ? &io_wait_vtbl : &wait_vtbl;
+  int r = cancellable ? iof_await(&a, vt) : iof__await_always(&a, vt);
   /* Nothing can claim w any more once these return: the stop callback and
-   * the timer are waited for if running elsewhere. */
+   * the timer are waited for if running elsewhere (a loop timer fires on
+   * this very thread, where the fiber resumed). */
   if (stop_reg) iof_stop_callback_unregister(&w->stop_cb);
   if (w->timer_armed) iof__timer_cancel(&w->timer);
   reg_remove(w);
@@ -291,56 +312,56 @@ static int block_fiber(iof_fiber *self, void *op, iof__wait_begin begin,
 
 static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
                         int64_t deadline_ns) {
+  if (deadline_ns >= 0 && iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
   iof__parker p;
   pthread_mutex_init(&p.m, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&p.c, &ca);
-  pthread_condattr_destroy(&ca);
+  pthread_cond_init(&p.c, NULL);
   p.flag = 0;
   w->fiber = NULL;
   w->parker = &p;
-  if (begin(op, w)) {
-    struct timespec ts;
-    if (deadline_ns >= 0) {
-      ts.tv_sec = deadline_ns / 1000000000;
-      ts.tv_nsec = deadline_ns % 1000000000;
-    }
+  w->timer_armed = false;
+  int r = 0;
+  if (deadline_ns >= 0) {
+    /* The timer service, as for fibers away from an event loop: one
+     * timer mechanism, and the thread just parks. */
+    r = iof__timer_arm(&w->timer, (iof_executor_ref){0}, deadline_ns, on_timer,
+                       w);
+    w->timer_armed = r == 0;
+  }
+  if (r == 0 && begin(op, w)) {
     pthread_mutex_lock(&p.m);
-    while (!p.flag) {
-      if (deadline_ns < 0) {
-        pthread_cond_wait(&p.c, &p.m);
-        continue;
-      }
-      if (pthread_cond_timedwait(&p.c, &p.m, &ts) != ETIMEDOUT) continue;
-      /* Timed out: claim it ourselves, or a waker got there first and is
-       * about to set the flag (then wait for it: it uses p). */
-      int expect = IOF__W_WAITING;
-      if (atomic_compare_exchange_strong(&w->state, &expect, IOF__W_DONE)) {
-        w->result = -ETIMEDOUT;
-        w->index = -1;
-        w->by_waker = false;
-        break;
-      }
-      deadline_ns = -1;
-    }
+    while (!p.flag) pthread_cond_wait(&p.c, &p.m);
     pthread_mutex_unlock(&p.m);
   }
+  /* Waits for a fire in progress: it may still be signalling p. */
+  if (w->timer_armed) iof__timer_cancel(&w->timer);
   pthread_cond_destroy(&p.c);
   pthread_mutex_destroy(&p.m);
-  return w->result;
+  return r < 0 ? r : w->result;
 }
 
-int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
-                    int64_t deadline_ns, int flags) {
+static inline void wait_init(iof__wait *w) {
   atomic_init(&w->state, IOF__W_INIT);
   w->result = 0;
   w->index = -1;
   w->by_waker = false;
   w->parker = NULL;
   w->fiber = NULL;
+}
+
+int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
+                    int64_t deadline_ns, int flags) {
+  wait_init(w);
   iof_fiber *self = iof__sync_fiber();
-  if (self) return block_fiber(self, op, begin, w, deadline_ns, flags);
+  if (self)
+    return block_fiber(self, (iof_executor_ref){0}, op, begin, w, deadline_ns,
+                       flags);
   return block_thread(op, begin, w, deadline_ns);
+}
+
+int iof__wait_block_on(iof_fiber *self, iof_executor_ref where, void *op,
+                       iof__wait_begin begin, iof__wait *w, int64_t deadline_ns,
+                       int flags) {
+  wait_init(w);
+  return block_fiber(self, where, op, begin, w, deadline_ns, flags);
 }

@@ -89,6 +89,10 @@ static iof_fiber *join_suspend(void *self, iof_fiber *h, const iof_env *env) {
 
 static const iof_awaitable_vtbl join_vtbl = {NULL, join_suspend, NULL};
 
+__attribute__((constructor)) static void name_join(void) {
+  iof__debug_label(&join_vtbl, "children (when_all, when_any)", NULL);
+}
+
 static void forward_stop(void *arg) {
   iof_stop_source_request(arg);
 }

@@ -1,9 +1,9 @@
-/* iof_await and the synchronization rules (DESIGN 3, "Fibers and await" and
- * "Synchronization"): suspend first, then suspend() on the resumer's stack;
- * synchronous completion by dispatch; constant stacks over 1,000,000 awaits
- * in 64 KiB; ready(); suspend returning NULL / h / another fiber; resume()
- * values; error codes; the env an awaitable is given; plain writes made
- * before a post, an await's suspend or a hop are visible after resumption.
+/* iof_await and the synchronization rules: suspend first, then suspend() on the
+ * resumer's stack; synchronous completion by dispatch; constant stacks over
+ * 1,000,000 awaits in 64 KiB; ready(); suspend returning NULL / h / another
+ * fiber; resume() values; error codes; the env an awaitable is given; plain
+ * writes made before a post, an await's suspend or a hop are visible after
+ * resumption.
  *
  * IOF_TEST_THREADED: other threads post parked fibers; thread-pool hops. */
 #include "test_support.h"

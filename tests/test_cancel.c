@@ -1,9 +1,8 @@
-/* Cancellation of I/O operations (DESIGN 3 "Stop tokens and cancellation",
- * "I/O"; issue 5): every operation started with an already-stopped token
- * completes at once with -ECANCELED without suspending; a stop request
- * from another thread completes a pending operation with -ECANCELED,
- * promptly (read, accept, connect, sleep, timer, signal, recvfrom, write,
- * wait_readable); 10,000 start-then-cancel cycles from another thread
+/* Cancellation of I/O operations: every operation started with an
+ * already-stopped token completes at once with -ECANCELED without suspending; a
+ * stop request from another thread completes a pending operation with
+ * -ECANCELED, promptly (read, accept, connect, sleep, timer, signal, recvfrom,
+ * write, wait_readable); 10,000 start-then-cancel cycles from another thread
  * neither leak nor hang; a completion racing a cancellation is settled
  * once; destroying a context with 100 pending reads cancels them all and
  * lets their fibers run to their end.

@@ -5,7 +5,8 @@
  * kept across suspension, close (and dup2) over a waited fd waking the
  * waiter with EBADF, fds made before the runtime, blocking connect/accept
  * between fibers, F_GETFL's user view; a close from another thread waking
- * a fiber whose io_context runs on its own thread.
+ * a fiber whose io_context runs on its own thread, and a fiber on a thread
+ * pool (served by compat's background io_context).
  *
  * IOF_TEST_THREADED */
 #include "compat_io_test.h"
@@ -618,6 +619,50 @@ static void test_close_from_thread(void **s) {
   close(p[1]);
 }
 
+/* A fiber on a thread pool (no io_context of its own) blocks in read on
+ * the background io_context compat keeps for it: data from another thread
+ * wakes it, and a close from a plain thread wakes it with EBADF. */
+typedef struct pool_read {
+  close_ctx c;
+  ssize_t first;
+  char buf[4];
+  atomic_int done;
+} pool_read;
+
+static int pool_reader(void *arg) {
+  pool_read *pr = arg;
+  pr->first = iof_compat_read(pr->c.fd, pr->buf, sizeof pr->buf);
+  blocked_reader(&pr->c);
+  atomic_store(&pr->done, 1);
+  return 0;
+}
+
+static void test_pool_fiber_read_and_close(void **s) {
+  (void)s;
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pool_read pr = {0};
+  pr.c.fd = p[0];
+  pr.c.got = -2;
+  iof_thread_pool *pool = iof_thread_pool_create(1);
+  assert_non_null(pool);
+  assert_int_equal(iof_launch(iof_thread_pool_executor(pool), pool_reader, &pr),
+                   0);
+  sleep_ms(30); /* the first read is waiting by now, most likely */
+  assert_int_equal(write(p[1], "ab", 2), 2);
+  assert_true(wait_flag(&pr.c.waiting)); /* the first read returned */
+  sleep_ms(50);                          /* into the second wait */
+  assert_int_equal(iof_compat_close(p[0]), 0);
+  assert_true(wait_flag_ms(&pr.done, 5000));
+  assert_int_equal(iof_thread_pool_destroy(pool), 0);
+  assert_no_failures();
+  assert_int_equal(pr.first, 2);
+  assert_memory_equal(pr.buf, "ab", 2);
+  assert_int_equal(pr.c.got, -1);
+  assert_int_equal(pr.c.err, EBADF);
+  close(p[1]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -636,6 +681,7 @@ int main(void) {
       T(test_write_all),
       T(test_nonblocking_connect),
       T(test_close_from_thread),
+      T(test_pool_fiber_read_and_close),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

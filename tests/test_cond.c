@@ -1,4 +1,4 @@
-/* iof_cond (issue 6): producer/consumer across pool threads, signal wakes
+/* iof_cond: producer/consumer across pool threads, signal wakes
  * one waiter in FIFO order, broadcast wakes all, the mutex is held again
  * on every return (cancellation and timeout included), -EPERM, plain
  * threads mixed with fibers, a deadline racing a signal.
@@ -330,14 +330,7 @@ static void timed_waits(void **state) {
   assert_int_equal(iof_cond_timedwait(&t.c, &t.m, iof_deadline_after(5000000)),
                    -ETIMEDOUT);
   assert_int_equal(iof_mutex_unlock(&t.m), 0);
-  /* Fiber without provider: -ENOTSUP, mutex never released. */
-  const iof__timer_provider *old = iof__timer_provider_get();
-  iof__timer_provider_set(NULL);
-  run_io(timed_fiber, &t);
-  assert_int_equal(t.status, -ENOTSUP);
-  assert_true(t.held);
-  /* Fiber with the stand-in provider. */
-  test_timer_install();
+  /* A fiber (its timer on its io_context's loop). */
   run_io(timed_fiber, &t);
   assert_int_equal(t.status, -ETIMEDOUT);
   assert_true(t.held);
@@ -352,7 +345,6 @@ static void timed_waits(void **state) {
   assert_int_equal(iof_thread_pool_destroy(p), 0);
   assert_int_equal(r.other, 0);
   assert_int_equal(r.woken + r.timedout, RACE_ROUNDS);
-  iof__timer_provider_set(old);
   assert_int_equal(iof_cond_destroy(&r.c), 0);
   assert_int_equal(iof_mutex_destroy(&r.m), 0);
   assert_int_equal(iof_cond_destroy(&t.c), 0);
@@ -372,6 +364,5 @@ int main(void) {
                                       sync_test_disarm),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
-  test_timer_shutdown();
   return r;
 }

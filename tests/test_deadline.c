@@ -1,4 +1,4 @@
-/* iof_with_deadline (issue 5; DESIGN 3 "Stop tokens and cancellation"):
+/* iof_with_deadline:
  * the deadline cancels the operations inside and the call returns
  * -ETIMEDOUT; work that finishes first keeps its status and is not
  * cancelled later; a success that beat its own cancellation is kept;

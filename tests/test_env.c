@@ -1,5 +1,4 @@
-/* The env and the frame allocator cache (DESIGN 3, "Fibers and await",
- * "Frame allocators", "Launch"): iof_env_current() is stable across
+/* The env and the frame allocator cache: iof_env_current() is stable across
  * suspensions, swapped by iof_run and restored after, NULL outside fibers,
  * never suspends; iof_current_frame_allocator() returns what was set, is
  * never NULL in a chain, is refreshed on every resume, follows iof_run's

@@ -167,9 +167,9 @@ static void help_of(const char *name) {
 
 static void examples_print_help(void **state) {
   (void)state;
-  help_of("proxy");
-  help_of("chat");
-  help_of("offload");
+  help_of("iof-proxy");
+  help_of("iof-chat");
+  help_of("iof-offload");
 }
 
 static void proxy_relays_half_close_and_idle(void **state) {
@@ -179,7 +179,7 @@ static void proxy_relays_half_close_and_idle(void **state) {
   char tp[16];
   snprintf(tp, sizeof tp, "%d", tport);
   proc p;
-  const char *const args[] = {"proxy",  "0",   "127.0.0.1", tp,
+  const char *const args[] = {"iof-proxy",  "0",   "127.0.0.1", tp,
                               "--idle", "300", NULL};
   start(&p, args);
 
@@ -231,7 +231,7 @@ static void expect_line(int fd, const char *want) {
 static void chat_broadcasts_and_shuts_down(void **state) {
   (void)state;
   proc p;
-  const char *const args[] = {"chat", "0", "--max-line", "64", NULL};
+  const char *const args[] = {"iof-chat", "0", "--max-line", "64", NULL};
   start(&p, args);
   int a = connect_port(p.port);
   expect_line(a, "* you are user1");
@@ -294,7 +294,7 @@ static uint64_t offload_hash(const char *s, long rounds) {
 static void offload_hashes_on_the_pool(void **state) {
   (void)state;
   proc p;
-  const char *const args[] = {"offload",   "0", "--rounds",  "1000",
+  const char *const args[] = {"iof-offload",   "0", "--rounds",  "1000",
                               "--threads", "2", "--verbose", NULL};
   start(&p, args);
   int c1 = connect_port(p.port), c2 = connect_port(p.port);

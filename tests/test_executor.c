@@ -1,4 +1,4 @@
-/* Executors (DESIGN 3, "Executors" and executor validity after shutdown):
+/* Executors:
  * dispatch/post rules, executor_ref equality, target, context, a
  * user-written executor and execution context driving iof_run_async, and
  * -ESHUTDOWN once a context's shutdown has begun.

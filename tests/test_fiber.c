@@ -479,7 +479,7 @@ static void test_suspend_with_null(void **state) {
 }
 
 /* Returning self resumes at once; a million such awaits neither return to
- * the resumer nor grow either stack (DESIGN 3: 1,000,000 in 64 KiB). */
+ * the resumer nor grow either stack (a million awaits in 64 KiB). */
 struct selfloop {
   long calls;
   uintptr_t hmin, hmax, fmin, fmax;

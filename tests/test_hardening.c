@@ -612,7 +612,7 @@ static void post_from_pool_thread_never_inline(void **state) {
 typedef struct guarded {
   iof_io_context *io;
   iof_socket *s;
-  atomic_int holding, between, reads, run_returned;
+  atomic_int holding, between, reads, run_returned, release;
 } guarded;
 
 static void *io_runner(void *arg) {
@@ -635,6 +635,9 @@ static int pool_reader(void *arg) {
     atomic_store(&g->between, i + 1);
     sleep_ms(40); /* work on the pool: nothing pending on io */
   }
+  /* Still between reads until the test has looked (a loaded machine may
+   * take longer than the 40 ms above to get there). */
+  for (int i = 0; i < 5000 && !atomic_load(&g->release); i++) sleep_ms(1);
   iof_work_guard_reset(&wg);
   return 0;
 }
@@ -663,6 +666,7 @@ static void pool_reader_with_guard_keeps_io_running(void **state) {
     if (atomic_load(&g.run_returned))
       fail_msg("io_context run returned between reads %d and %d", i + 1, i + 2);
   }
+  atomic_store(&g.release, 1);
   pthread_join(t, NULL); /* returns once the guard is reset */
   assert_int_equal(atomic_load(&g.reads), 3);
   assert_int_equal(iof_thread_pool_destroy(p), 0);

@@ -231,14 +231,15 @@ static void stack_pool_bad_arguments(void **state) {
   assert_int_equal(iof_stack_pool_stats(NULL, &st), -EINVAL);
   assert_null(iof_stack_pool_allocator(NULL));
 
-  iof_stack_pool_options absurd[] = {{0, SIZE_MAX, 0, 0}, {0, 0, SIZE_MAX, 0}};
+  iof_stack_pool_options absurd[] = {{.thread_cache = SIZE_MAX},
+                                     {.depot_max = SIZE_MAX}};
   for (size_t i = 0; i < 2; i++) {
     errno = 0;
     assert_null(iof_stack_pool_create(&absurd[i]));
     assert_int_equal(errno, EINVAL);
   }
   /* A huge budget is only a limit. */
-  iof_stack_pool_options big = {0, 0, 0, SIZE_MAX};
+  iof_stack_pool_options big = {.budget = SIZE_MAX};
   iof_stack_pool *p = iof_stack_pool_create(&big);
   assert_non_null(p);
   assert_int_equal(iof_stack_pool_stats(p, NULL), -EINVAL);
@@ -258,7 +259,7 @@ static void stack_pool_bad_arguments(void **state) {
   assert_int_equal(iof_stack_pool_destroy(p), 0);
 
   /* A tiny budget: refusals, counted, not crashes. */
-  iof_stack_pool_options tiny = {0, 0, 0, 1};
+  iof_stack_pool_options tiny = {.budget = 1};
   p = iof_stack_pool_create(&tiny);
   assert_non_null(p);
   errno = 0;

@@ -1,5 +1,4 @@
-/* io_context run loop and work tracking (DESIGN 3: "Threads and
- * io_context", "I/O", "Work tracking"): run/run_one/poll/run_for, stop and
+/* io_context run loop and work tracking: run/run_one/poll/run_for, stop and
  * restart, work guards, -EBUSY for a second runner, wake-ups from other
  * threads, attaching to a host's libev loop, and chains counting as work
  * until on_done ran and their stack is freed.

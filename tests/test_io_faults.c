@@ -1,4 +1,4 @@
-/* Bad input and faults on sockets (issue 5 "Bad input and faults"):
+/* Bad input and faults on sockets:
  * closed sockets and foreign descriptors (-EBADF), double close, a read on
  * a listener (-EINVAL), a NULL buffer (-EFAULT), peer reset
  * (-ECONNRESET), half close, EMFILE on accept (returned, and accept works

@@ -1,4 +1,4 @@
-/* Launch and iof_run (DESIGN 3, "Launch"): iof_run_async never runs fn
+/* Launch and iof_run: iof_run_async never runs fn
  * before returning; error codes with nothing allocated; on_done once, on
  * the chain's executor, after fn, with fn's status, before the work drops;
  * tokens and allocators are not inherited; names. iof_run: error codes, no

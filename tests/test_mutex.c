@@ -1,4 +1,4 @@
-/* iof_mutex (issue 6, DESIGN 3 "Stop tokens and cancellation"): exact
+/* iof_mutex: exact
  * counts under contention across pool threads, FIFO hand-off without
  * barging, cancellation of a queued waiter (queue stays consistent, a
  * hand-off that loses to a cancellation goes to the next waiter), errors,
@@ -350,18 +350,11 @@ static void timed_lock(void **state) {
   assert_int_equal(pthread_create(&th, NULL, timed_thread, &t), 0);
   pthread_join(th, NULL);
   assert_int_equal(t.fiber_status, -ETIMEDOUT);
-  /* A fiber, with the stand-in timer provider: times out too. */
-  const iof__timer_provider *old = test_timer_install();
+  /* A fiber (its timer on its io_context's loop): times out too. */
   t.fiber_status = 1;
   run_io(timed_fiber, &t);
   assert_int_equal(t.fiber_status, -ETIMEDOUT);
   assert_true(t.waited_ns >= 15000000);
-  /* Without a provider, a fiber's timed wait is not supported. */
-  iof__timer_provider_set(NULL);
-  t.fiber_status = 1;
-  run_io(timed_fiber, &t);
-  assert_int_equal(t.fiber_status, -ENOTSUP);
-  iof__timer_provider_set(old);
   assert_int_equal(iof_mutex_unlock(&t.m), 0);
   assert_int_equal(iof_mutex_destroy(&t.m), 0);
 }
@@ -410,6 +403,5 @@ int main(void) {
                                       sync_test_disarm),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
-  test_timer_shutdown();
   return r;
 }

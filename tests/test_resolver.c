@@ -1,4 +1,4 @@
-/* The resolver (issue 5; DESIGN 3 "I/O"): "localhost" and numeric hosts
+/* The resolver: "localhost" and numeric hosts
  * resolve on the io_context's worker thread while other fibers run;
  * getaddrinfo's failures map to -errno; a stop request from another
  * thread cancels a resolve promptly while getaddrinfo is still running

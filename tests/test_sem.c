@@ -1,4 +1,4 @@
-/* iof_sem (issue 6): FIFO hand-off to waiters, a resource bound never
+/* iof_sem: FIFO hand-off to waiters, a resource bound never
  * exceeded across pool threads, try/value/overflow, cancellation (the unit
  * goes to the next waiter), plain threads with fibers, timed waits and a
  * deadline racing a post (no unit lost or duplicated).
@@ -253,10 +253,6 @@ static void timed(void **state) {
   iof_sem s = IOF_SEM_INIT(0);
   assert_int_equal(iof_sem_timedwait(&s, iof_deadline_after(2000000)),
                    -ETIMEDOUT);
-  const iof__timer_provider *old = iof__timer_provider_get();
-  iof__timer_provider_set(NULL);
-  assert_int_equal(run_io(timed_fiber, &s), -ENOTSUP);
-  test_timer_install();
   assert_int_equal(run_io(timed_fiber, &s), -ETIMEDOUT);
   race r = {.got = 0};
   iof_sem_init(&r.s, 0);
@@ -265,7 +261,6 @@ static void timed(void **state) {
   assert_int_equal(run_io(race_main, &r), 0);
   assert_int_equal(iof_thread_pool_join(p), 0);
   assert_int_equal(iof_thread_pool_destroy(p), 0);
-  iof__timer_provider_set(old);
   assert_int_equal(r.other, 0);
   assert_int_equal(atomic_load(&r.posted), RACE_ROUNDS);
   /* Every unit either was taken or is still there: none lost, none twice. */
@@ -364,6 +359,5 @@ int main(void) {
                                       sync_test_disarm),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
-  test_timer_shutdown();
   return r;
 }

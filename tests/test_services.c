@@ -1,7 +1,7 @@
-/* Execution context services and frame allocator (DESIGN 3, "Execution
- * context"): use/make/find/has, creation once under racing threads, nested
- * factories, EDEADLK for a self-referencing factory, ENOMEM for a failed
- * create, shutdown/destroy order, and iof_context_frame_allocator.
+/* Execution context services and frame allocator: use/make/find/has, creation
+ * once under racing threads, nested factories, EDEADLK for a self-referencing
+ * factory, ENOMEM for a failed create, shutdown/destroy order, and
+ * iof_context_frame_allocator.
  *
  * IOF_TEST_THREADED */
 #include "test_support.h"

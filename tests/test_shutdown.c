@@ -1,7 +1,6 @@
-/* Destroying a context with suspended fibers (DESIGN 3, "Execution
- * context", steps (1)-(5)): a test service holds pending operations
- * (fibers suspended through iof_await); its shutdown completes them with
- * -ECANCELED by posting them to their executor; they then fail every new
+/* Destroying a context with suspended fibers: a test service holds pending
+ * operations (fibers suspended through iof_await); its shutdown completes them
+ * with -ECANCELED by posting them to their executor; they then fail every new
  * await at once and run to their end on the destroying thread; never
  * started chains get on_done(-ECANCELED) without fn; services are
  * destroyed last, newest first; nothing leaks. For an io_context and a

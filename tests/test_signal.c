@@ -1,4 +1,4 @@
-/* Signal waits (issue 5; DESIGN 3 "I/O"): iof_signal_wait returns the
+/* Signal waits: iof_signal_wait returns the
  * signal raised by another fiber or sent to the process from another
  * thread, every waiter of the signal wakes, a second io_context gets
  * -EBUSY while one watches it (and may watch it once that is over),

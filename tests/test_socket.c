@@ -1,4 +1,4 @@
-/* TCP sockets (issue 5; DESIGN 3 "I/O"): listen/accept/connect (by
+/* TCP sockets: listen/accept/connect (by
  * address and by host name through the resolver), read exact / write all,
  * scatter/gather, end of stream, close while an operation is pending
  * (-ECANCELED), 1,000 concurrent loopback echo connections exchanging

@@ -1,4 +1,4 @@
-/* Stop tokens (DESIGN 3, "Stop tokens and cancellation"): request is true
+/* Stop tokens: request is true
  * only the first time; callbacks run synchronously in the requesting
  * thread, at once inside register after a request; unregister waits for a
  * callback running on another thread and never blocks a callback

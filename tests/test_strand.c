@@ -1,4 +1,4 @@
-/* Strands (DESIGN 3, "Strands"): fibers of one strand never run
+/* Strands: fibers of one strand never run
  * concurrently, run in FIFO order of submission, may run on any thread of
  * the inner executor; two strands do run concurrently; dispatch runs
  * inline only when the strand is idle and the caller is in the inner

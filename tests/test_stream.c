@@ -1,4 +1,4 @@
-/* Streams (issue 5 "iof_stream"): the helpers on iof_stream_pipe (read
+/* Streams: the helpers on iof_stream_pipe (read
  * exact, write all, read_until with a caller's buffer and limit: a
  * delimiter spanning two reads, -ENOBUFS when the buffer fills without
  * one, end of stream with bytes left over, several messages in one read),

@@ -1,5 +1,4 @@
-/* Thread pool (DESIGN 3, "Executors", "Threads and io_context", launch
- * and destroy rules): posts from many threads, inline dispatch on pool
+/* Thread pool: posts from many threads, inline dispatch on pool
  * threads, join waiting for tracked work, stop abandoning the queue,
  * destroy cancelling never-started chains and never hanging, EINVAL and
  * EDEADLK.

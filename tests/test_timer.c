@@ -1,4 +1,4 @@
-/* Sleeps and timer objects (issue 5 "Timers"; DESIGN 3 "I/O"): a sleep
+/* Sleeps and timer objects: a sleep
  * lasts at least its duration (also when the loop's cached time is
  * stale), 10,000 sleeps of random durations wake in deadline order,
  * a timer wakes all its waiters at expiry, changing the expiry cancels

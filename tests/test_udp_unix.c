@@ -1,4 +1,4 @@
-/* UDP and Unix domain stream sockets (issue 5): a UDP round trip keeping
+/* UDP and Unix domain stream sockets: a UDP round trip keeping
  * datagram boundaries and the sender's address, truncation, a recvfrom
  * that waits for its datagram, IPv6 loopback; a Unix socket round trip,
  * listen replacing a stale socket file, and bad paths and socket kinds. */

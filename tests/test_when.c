@@ -1,6 +1,5 @@
-/* iof_when_all / iof_when_any (issue 6, DESIGN 2 and 3 "Frame
- * allocators"): results and the first error, siblings stopped, children
- * on the caller's executor and from the chain's allocator (tracking
+/* iof_when_all / iof_when_any: results and the first error, siblings stopped,
+ * children on the caller's executor and from the chain's allocator (tracking
  * allocator: total == 1 + n, live back to 1 right after return: no
  * orphan), the winner of when_any and its losers stopped and awaited, a
  * stop of the parent forwarded, nesting, shutdown, errors; on an

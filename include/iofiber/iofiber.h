@@ -20,6 +20,7 @@
 #include <iofiber/chan.h>
 #include <iofiber/when.h>
 #include <iofiber/error.h>
+#include <iofiber/debug.h>
 #include <iofiber/io_context.h>
 #include <iofiber/timer.h>
 #include <iofiber/resolver.h>

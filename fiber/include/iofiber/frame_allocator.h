@@ -49,7 +49,7 @@ struct iof_frame_allocator {
 };
 
 /* The process-wide default frame allocator: a stack pool with default
- * options (64 KiB stacks, guard pages). Never NULL. */
+ * options (64 KiB stacks, IOF_STACK_GUARD_AUTO). Never NULL. */
 IOF_API iof_frame_allocator *iof_default_frame_allocator(void);
 
 /* Fresh mmap + guard page on every allocation, munmap on free: the
@@ -63,11 +63,32 @@ IOF_API iof_frame_allocator *iof_malloc_allocator(void);
 
 typedef struct iof_stack_pool iof_stack_pool;
 
+/* How a pool's stacks are guarded (see iof_stack_pool_options.guard). A
+ * guard page costs the kernel two memory mappings per stack, out of
+ * vm.max_map_count (65530 by default), unless the kernel has guard markers
+ * (Linux 6.13+), which cost none. */
+enum iof_stack_guard {
+  /* A guard page under every stack; on kernels without guard markers only
+   * while the process's stacks hold fewer than a quarter of
+   * vm.max_map_count guard pages, then dense chunks (below). */
+  IOF_STACK_GUARD_AUTO = 0,
+  /* Always a guard page of its own: on old kernels launches fail with
+   * ENOMEM near 32,000 live stacks (a line on stderr names the limit). */
+  IOF_STACK_GUARD_PAGE = 1,
+  /* Dense chunks: stacks carved side by side from 2 MiB chunks with one
+   * guard page per chunk; the other stacks are checked in software at
+   * every switch out of their fiber (stack pointer and a 64-byte zone at
+   * the stack's bottom that must stay zero): an overflow is reported at
+   * the fiber's next switch instead of at the faulting access. */
+  IOF_STACK_GUARD_CHUNK = 2
+};
+
 typedef struct iof_stack_pool_options {
   size_t stack_size;   /* bytes per cached stack; 0: 64 KiB. Rounded to pages */
   size_t thread_cache; /* stacks kept per thread; 0: 16 */
   size_t depot_max;    /* stacks kept in the shared depot; 0: 256 */
   size_t budget;       /* max bytes of live frames; 0: unlimited */
+  int guard;           /* enum iof_stack_guard; 0: AUTO */
 } iof_stack_pool_options;
 
 /* A struct tag only (as struct stat / stat()): the function has the name. */
@@ -79,10 +100,11 @@ struct iof_stack_pool_stats {
   size_t mapped;     /* stacks currently mapped from the OS (live+cached) */
   size_t failed;     /* allocations refused (budget or ENOMEM) */
   size_t live_bytes; /* bytes of live frames (what the budget counts) */
+  size_t dense;      /* of `mapped`, stacks carved from dense chunks */
 };
 
 /* Creates a pool: per-thread caches (no lock on the fast path) in front of
- * a shared depot; a guard page under every stack. Stacks returned to the
+ * a shared depot; stacks guarded as opts->guard says. Stacks returned to the
  * depot give their pages back to the OS. opts may be NULL. Requests larger
  * than the pool's stack size are mapped and unmapped directly (still
  * counted). Returns NULL with errno EINVAL (absurd sizes) or ENOMEM. */

@@ -1,6 +1,8 @@
 /* iofiber: sleeping and timers, on libev timers of the fiber's io_context
- * (a fiber on a thread pool sleeps on a process-wide io_context). Times are
- * nanoseconds of CLOCK_MONOTONIC. All waits need a launched fiber. */
+ * (a fiber on a thread pool sleeps on a shared timer thread, started on
+ * demand and stopped when idle). Times are nanoseconds of CLOCK_MONOTONIC;
+ * arithmetic on them saturates (INT64_MAX: never, INT64_MIN: long past).
+ * All waits need a launched fiber. */
 #ifndef IOFIBER_TIMER_H
 #define IOFIBER_TIMER_H
 

@@ -46,8 +46,8 @@ IOF_API int iof_chan_recv(iof_chan *ch, void *out);
 IOF_API int iof_chan_try_send(iof_chan *ch, const void *elem);
 IOF_API int iof_chan_try_recv(iof_chan *ch, void *out);
 
-/* As send/recv, giving up at deadline_ns (CLOCK_MONOTONIC ns): -ETIMEDOUT;
- * -ENOTSUP from a fiber without timer support (see <iofiber/sync.h>). */
+/* As send/recv, giving up at deadline_ns (CLOCK_MONOTONIC ns):
+ * -ETIMEDOUT. */
 IOF_API int iof_chan_send_until(iof_chan *ch, const void *elem,
                                 int64_t deadline_ns);
 IOF_API int iof_chan_recv_until(iof_chan *ch, void *out, int64_t deadline_ns);
@@ -91,7 +91,7 @@ IOF_API int iof_chan_select(iof_chan_case *cases, size_t n);
 /* As select without waiting: -EAGAIN when no case is ready. */
 IOF_API int iof_chan_try_select(iof_chan_case *cases, size_t n);
 
-/* As select until deadline_ns: -ETIMEDOUT; -ENOTSUP (fiber, no timers). */
+/* As select until deadline_ns: -ETIMEDOUT. */
 IOF_API int iof_chan_select_until(iof_chan_case *cases, size_t n,
                                   int64_t deadline_ns);
 

@@ -111,6 +111,9 @@ struct iof_execution_context {
   IOF_ATOMIC(int) state; /* 0 running, 1 shutting down, 2 shut down */
   IOF_ATOMIC(iof_frame_allocator *) frame_allocator; /* NULL: default */
   const void *kind; /* set by built-in contexts (io/ finds its io_context) */
+  /* Fibers of this context inside iof_run on another one: they come back
+   * soon, so its run loop may spin for them before blocking. */
+  IOF_ATOMIC(long) away;
 };
 
 /* Initializes ctx (no services). 0; -EINVAL on NULL; -ENOMEM. */

@@ -12,9 +12,9 @@
  *   it waits completes it with -ECANCELED; so does the shutdown of the
  *   fiber's context. try_* calls never look at the token.
  * - Deadlines are absolute CLOCK_MONOTONIC nanoseconds (iof_deadline_after
- *   builds one). A timed wait that cannot complete in time returns
- *   -ETIMEDOUT; from a fiber it needs the timer support of io/ (linked in
- *   with iof_io_context) and returns -ENOTSUP without it.
+ *   builds one; INT64_MAX means never). A timed wait that cannot complete
+ *   in time returns -ETIMEDOUT. A fiber on an io_context is timed by that
+ *   loop; other fibers and plain threads by a shared timer thread.
  * - Errors are negated errno values; NULL arguments give -EINVAL.
  * - Fields of the structs are private. Initialize with the *_init calls or
  *   the static initializers; destroy (-EBUSY while waiters remain) before
@@ -76,8 +76,8 @@ IOF_API int iof_mutex_destroy(iof_mutex *m);
  * or its context shuts down; the mutex is then not taken). */
 IOF_API int iof_mutex_lock(iof_mutex *m);
 
-/* As lock, giving up at `deadline_ns`: -ETIMEDOUT (-ENOTSUP from a fiber
- * without timer support). A free mutex is taken even past the deadline. */
+/* As lock, giving up at `deadline_ns`: -ETIMEDOUT. A free mutex is taken
+ * even past the deadline. */
 IOF_API int iof_mutex_timedlock(iof_mutex *m, int64_t deadline_ns);
 
 /* Takes the mutex only if it is free and nobody waits. 0; -EBUSY
@@ -114,8 +114,7 @@ IOF_API int iof_cond_destroy(iof_cond *c);
  * (m not owned by the caller); -ECANCELED (stop/shutdown; m held). */
 IOF_API int iof_cond_wait(iof_cond *c, iof_mutex *m);
 
-/* As iof_cond_wait, until deadline_ns: -ETIMEDOUT (m held again);
- * -ENOTSUP from a fiber without timer support. */
+/* As iof_cond_wait, until deadline_ns: -ETIMEDOUT (m held again). */
 IOF_API int iof_cond_timedwait(iof_cond *c, iof_mutex *m, int64_t deadline_ns);
 
 /* Wakes the first waiter / every waiter (they re-acquire the mutex in
@@ -151,7 +150,7 @@ IOF_API int iof_sem_destroy(iof_sem *s);
  * -ECANCELED (nothing taken). */
 IOF_API int iof_sem_wait(iof_sem *s);
 
-/* As wait, until deadline_ns: -ETIMEDOUT; -ENOTSUP (fiber, no timers). */
+/* As wait, until deadline_ns: -ETIMEDOUT. */
 IOF_API int iof_sem_timedwait(iof_sem *s, int64_t deadline_ns);
 
 /* Takes one unit if one is there now. 0; -EAGAIN; -EINVAL. */
@@ -202,7 +201,7 @@ IOF_API bool iof_event_is_set(iof_event *e);
  * -ECANCELED. */
 IOF_API int iof_event_wait(iof_event *e);
 
-/* As wait, until deadline_ns: -ETIMEDOUT; -ENOTSUP (fiber, no timers). */
+/* As wait, until deadline_ns: -ETIMEDOUT. */
 IOF_API int iof_event_timedwait(iof_event *e, int64_t deadline_ns);
 
 /* Without waiting: 0 if set (auto reset: consumed), -EAGAIN if not. */
