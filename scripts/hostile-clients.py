@@ -12,6 +12,12 @@ B = sys.argv[1] if len(sys.argv) > 1 else "build/examples"
 random.seed(1)
 
 
+def exe(name):
+    """The example's path: installed names carry an iof- prefix."""
+    p = os.path.join(B, "iof-" + name)
+    return p if os.path.exists(p) else os.path.join(B, name)
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -269,25 +275,25 @@ def proxy_dead_target(port):
 
 
 ok = True
-ok &= attack("echo-server", [f"{B}/echo-server", "PORT"], echo_probe)
-ok &= attack("echo-server", [f"{B}/echo-server", "PORT"], echo_probe, nofile=48)
-ok &= attack("echo-server --threads 2", [f"{B}/echo-server", "PORT", "--threads", "2"], echo_probe)
-ok &= attack("http-hello", [f"{B}/http-hello", "PORT"], http_probe,
+ok &= attack("echo-server", [exe("echo-server"), "PORT"], echo_probe)
+ok &= attack("echo-server", [exe("echo-server"), "PORT"], echo_probe, nofile=48)
+ok &= attack("echo-server --threads 2", [exe("echo-server"), "PORT", "--threads", "2"], echo_probe)
+ok &= attack("http-hello", [exe("http-hello"), "PORT"], http_probe,
              [("nasty requests", http_nasty)])
-ok &= attack("http-hello", [f"{B}/http-hello", "PORT"], http_probe, nofile=48)
-ok &= attack("chat", [f"{B}/chat", "PORT", "--idle", "3000"], chat_probe,
+ok &= attack("http-hello", [exe("http-hello"), "PORT"], http_probe, nofile=48)
+ok &= attack("chat", [exe("chat"), "PORT", "--idle", "3000"], chat_probe,
              [("nasty lines", chat_nasty)])
-ok &= attack("chat", [f"{B}/chat", "PORT"], chat_probe, nofile=48)
-ok &= attack("offload", [f"{B}/offload", "PORT", "--threads", "2"], offload_probe)
-ok &= attack("offload", [f"{B}/offload", "PORT"], offload_probe, nofile=48)
+ok &= attack("chat", [exe("chat"), "PORT"], chat_probe, nofile=48)
+ok &= attack("offload", [exe("offload"), "PORT", "--threads", "2"], offload_probe)
+ok &= attack("offload", [exe("offload"), "PORT"], offload_probe, nofile=48)
 # proxy in front of an echo server, and in front of nothing
 eport = free_port()
-ep = start([f"{B}/echo-server", str(eport)])
-ok &= attack("proxy", [f"{B}/proxy", "PORT", "127.0.0.1", str(eport)], echo_probe)
-ok &= attack("proxy", [f"{B}/proxy", "PORT", "127.0.0.1", str(eport)], echo_probe, nofile=48)
+ep = start([exe("echo-server"), str(eport)])
+ok &= attack("proxy", [exe("proxy"), "PORT", "127.0.0.1", str(eport)], echo_probe)
+ok &= attack("proxy", [exe("proxy"), "PORT", "127.0.0.1", str(eport)], echo_probe, nofile=48)
 ep.send_signal(signal.SIGTERM)
 ep.wait(5)
-ok &= attack("proxy to nowhere", [f"{B}/proxy", "PORT", "127.0.0.1", str(free_port())],
+ok &= attack("proxy to nowhere", [exe("proxy"), "PORT", "127.0.0.1", str(free_port())],
              lambda port: True, [("dead target", proxy_dead_target)])
 ok &= attack("legacy-echo-fibers", [f"{B}/legacy-echo-fibers", "PORT"], echo_probe)
 ok &= attack("legacy-echo-fibers", [f"{B}/legacy-echo-fibers", "PORT"], echo_probe, nofile=48)

@@ -9,6 +9,7 @@
 #include <iofiber/frame_allocator.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -232,8 +233,11 @@ static void stack_pool_bad_arguments(void **state) {
   assert_null(iof_stack_pool_allocator(NULL));
 
   iof_stack_pool_options absurd[] = {{.thread_cache = SIZE_MAX},
-                                     {.depot_max = SIZE_MAX}};
-  for (size_t i = 0; i < 2; i++) {
+                                     {.depot_max = SIZE_MAX},
+                                     {.guard = -1},
+                                     {.guard = 99},
+                                     {.guard = INT_MIN}};
+  for (size_t i = 0; i < 5; i++) {
     errno = 0;
     assert_null(iof_stack_pool_create(&absurd[i]));
     assert_int_equal(errno, EINVAL);

@@ -367,6 +367,45 @@ static void launch_misuse_inside_fiber(void **state) {
   in_fiber(misuse_inside, NULL);
 }
 
+/* ---- the fiber registry (debug.h) ------------------------------------- */
+
+typedef struct walker {
+  iof_executor_ref ex;
+  int seen, launch_rc, nested_rc;
+} walker;
+
+static int walk_cb(const iof_fiber_info *info, void *arg) {
+  walker *w = arg;
+  (void)info;
+  w->seen++;
+  w->launch_rc = iof_launch(w->ex, ret0, NULL); /* would spin */
+  w->nested_rc = iof_fiber_walk(walk_cb, arg);  /* would spin */
+  return 1;                                     /* stop after one */
+}
+
+static void fiber_walk_misuse(void **state) {
+  (void)state;
+  assert_int_equal(iof_fiber_walk(NULL, NULL), -EINVAL);
+  iof_io_context *io = iof_io_context_create();
+  walker w = {iof_io_context_executor(io), 0, 1, 1};
+  assert_int_equal(iof_launch(w.ex, ret0, NULL), 0);
+  assert_int_equal(iof_launch(w.ex, ret0, NULL), 0);
+  assert_int_equal(iof_fiber_walk(walk_cb, &w), 1);
+  assert_int_equal(w.seen, 1);
+  assert_int_equal(w.launch_rc, -EDEADLK);
+  assert_int_equal(w.nested_rc, -EDEADLK);
+  /* A stream that cannot be written: -EIO, nothing else breaks. */
+  FILE *ro = fopen("/dev/null", "r");
+  assert_non_null(ro);
+  assert_int_equal(iof_fiber_dump(ro), -EIO);
+  fclose(ro);
+  FILE *null = fopen("/dev/null", "w");
+  assert_int_equal(iof_fiber_dump(null), 2);
+  fclose(null);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 /* ---- strands and thread pools ----------------------------------------- */
 
 static void strand_and_pool_bad_arguments(void **state) {
@@ -792,6 +831,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(launch_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(launch_misuse_inside_fiber, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(fiber_walk_misuse, reset, disarm),
       cmocka_unit_test_setup_teardown(strand_and_pool_bad_arguments, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(pool_calls_from_its_own_thread, reset,
