@@ -297,5 +297,12 @@ ok &= attack("proxy to nowhere", [exe("proxy"), "PORT", "127.0.0.1", str(free_po
              lambda port: True, [("dead target", proxy_dead_target)])
 ok &= attack("legacy-echo-fibers", [f"{B}/legacy-echo-fibers", "PORT"], echo_probe)
 ok &= attack("legacy-echo-fibers", [f"{B}/legacy-echo-fibers", "PORT"], echo_probe, nofile=48)
+# the unmodified thread-per-connection program under the preload hook
+run = os.path.join(os.path.dirname(os.path.abspath(B)), "iofiber-run")
+if os.path.exists(run):
+    ok &= attack("iofiber-run legacy-echo-threads",
+                 [run, f"{B}/legacy-echo-threads", "PORT"], echo_probe)
+    ok &= attack("iofiber-run legacy-echo-threads",
+                 [run, f"{B}/legacy-echo-threads", "PORT"], echo_probe, nofile=48)
 print("ALL OK" if ok else "SOME FAILED")
 sys.exit(0 if ok else 1)
