@@ -58,6 +58,8 @@ static int64_t timeo_ns(int fd, int name) {
   struct timeval tv = {0, 0};
   socklen_t len = sizeof tv;
   if (iof__libc.getsockopt(fd, SOL_SOCKET, name, &tv, &len) != 0) return 0;
+  /* Capped (146 years) so that the waits can add it to the clock. */
+  if (tv.tv_sec >= INT64_MAX / 2 / 1000000000) return INT64_MAX / 2;
   return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
 }
 

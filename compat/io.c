@@ -263,6 +263,12 @@ ssize_t iof_compat_sendto(int fd, const void *buf, size_t n, int flags,
  * goes with the first piece only. */
 static ssize_t putv_all(int fd, const struct msghdr *msg, int flags,
                         bool is_sendmsg) {
+  /* The loop below walks the vector itself: a vector the kernel would
+   * refuse (EFAULT/EINVAL) goes to it untouched instead. */
+  if ((!msg->msg_iov && msg->msg_iovlen) || msg->msg_iovlen > IOV_MAX)
+    return is_sendmsg
+               ? iof__libc.sendmsg(fd, msg, flags)
+               : iof__libc.writev(fd, msg->msg_iov, (int)msg->msg_iovlen);
   iof__fd_op op;
   if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE))
     return is_sendmsg
@@ -329,8 +335,19 @@ int iof_compat_dup(int fd) {
   return r;
 }
 
+/* Whether dup2/dup3 onto fd2 can succeed: only then may fd2's record be
+ * reset (a failed call leaves fd2 open, its waiters must keep waiting). */
+static bool dup_ok(int fd, int fd2) {
+  if (fd2 < 0 || iof__libc.fcntl(fd, F_GETFD) < 0) {
+    errno = EBADF;
+    return false;
+  }
+  return true;
+}
+
 int iof_compat_dup2(int fd, int fd2) {
   if (fd == fd2) return iof__libc.dup2(fd, fd2);
+  if (!dup_ok(fd, fd2)) return -1;
   iof__fd_reset(fd2, 0); /* its waiters see EBADF, never the new file */
   int r = iof__libc.dup2(fd, fd2);
   if (r >= 0) inherit(fd, r);
@@ -338,7 +355,12 @@ int iof_compat_dup2(int fd, int fd2) {
 }
 
 int iof_compat_dup3(int fd, int fd2, int flags) {
-  if (fd != fd2) iof__fd_reset(fd2, 0);
+  if (fd == fd2 || (flags & ~O_CLOEXEC)) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (!dup_ok(fd, fd2)) return -1;
+  iof__fd_reset(fd2, 0);
   int r = iof__libc.dup3(fd, fd2, flags);
   if (r >= 0) inherit(fd, r);
   return r;
@@ -444,7 +466,13 @@ int iof_compat_setsockopt(int fd, int level, int name, const void *val,
     iof__fd_slot *s = iof__fd_slot_peek(fd);
     if (s) {
       const struct timeval *tv = val;
-      int64_t ns = (int64_t)tv->tv_sec * 1000000000 + tv->tv_usec * 1000;
+      /* The kernel accepted it: tv_usec is in range; tv_sec may be
+       * negative (the kernel's "no timeout") or huge: capped at 146 years
+       * so that the waits can add it to the clock. */
+      int64_t ns = tv->tv_sec < 0 ? 0
+                   : tv->tv_sec >= INT64_MAX / 2 / 1000000000
+                       ? INT64_MAX / 2
+                       : (int64_t)tv->tv_sec * 1000000000 + tv->tv_usec * 1000;
       atomic_store(name == SO_RCVTIMEO ? &s->rcv_ns : &s->snd_ns, ns);
     }
   }

@@ -15,6 +15,7 @@
 #include <iofiber/timer.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -102,6 +103,17 @@ static int single_events(short ev) {
 
 static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
                       const sigset_t *mask) {
+  /* Refused before the set is walked: a NULL array, or a count the
+   * syscall would truncate (it takes an unsigned int; any count past
+   * RLIMIT_NOFILE is EINVAL to the kernel). */
+  if (!fds && n) {
+    errno = EFAULT;
+    return -1;
+  }
+  if (n > (nfds_t)INT_MAX) {
+    errno = EINVAL;
+    return -1;
+  }
   int saved = errno;
   int ep = -1;
   bool built = false;

@@ -129,9 +129,11 @@ static size_t plain_default_stack(void) {
 
 int iof_compat_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                               void *(*fn)(void *), void *arg) {
+  /* Checked for plain threads too: glibc would start a thread that jumps
+   * to NULL, or write through a NULL id. */
+  if (!thread || !fn) return EINVAL;
   iof_fiber *self = iof__cthr_fiber();
   if (!self) return iof__libc.pthread_create(thread, attr, fn, arg);
-  if (!thread || !fn) return EINVAL;
   size_t stack = iof__compat_thread_stack();
   int det = PTHREAD_CREATE_JOINABLE;
   if (attr) {
@@ -243,9 +245,9 @@ void iof_compat_pthread_exit(void *retval) {
  * descriptor: these answer for fiber threads and pass real ids on. */
 
 int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
+  if (!name) return EINVAL; /* glibc would strlen(NULL) */
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_setname_np(thread, name);
-  if (!name) return EINVAL;
   if (strlen(name) > 15) return ERANGE;
   iof__lk_lock(&t->lk);
   if (t->fiber) iof_fiber_set_name(t->fiber, name);
@@ -254,9 +256,9 @@ int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
 }
 
 int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
+  if (!buf) return EINVAL; /* glibc would write through it */
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_getname_np(thread, buf, len);
-  if (!buf) return EINVAL;
   iof__lk_lock(&t->lk);
   const char *n = t->fiber ? iof_fiber_name(t->fiber) : "";
   size_t l = strlen(n);
@@ -282,6 +284,7 @@ int iof_compat_pthread_cancel(pthread_t thread) {
 }
 
 int iof_compat_pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
+  if (!attr) return EINVAL;
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_getattr_np(thread, attr);
   int r = pthread_attr_init(attr);

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -105,6 +106,12 @@ bool iof__guard_budget_left(void) {
 
 void *iof__stack_map(size_t size) {
   size_t page = iof__page_size();
+  /* Callers round size up to pages: a wrapped huge request arrives as 0
+   * (or near SIZE_MAX), and must fail rather than map a bare guard page. */
+  if (size == 0 || size > SIZE_MAX / 2) {
+    errno = ENOMEM;
+    return NULL;
+  }
   /* One mapping, guard included, so the guard can never be unmapped apart
    * from its stack; MAP_NORESERVE because most stacks stay mostly unused.
    * No huge pages: with light guards stacks merge into large mappings, and
@@ -245,6 +252,12 @@ static void *malloc_allocate(iof_frame_allocator *self, size_t size) {
   (void)self;
   if (size == 0) {
     errno = EINVAL;
+    return NULL;
+  }
+  /* No object can be that large; sanitizer runtimes abort instead of
+   * returning NULL for such a request. */
+  if (size > SIZE_MAX / 2) {
+    errno = ENOMEM;
     return NULL;
   }
   void *p = malloc(size);

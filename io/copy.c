@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 typedef struct pump {
@@ -79,6 +80,11 @@ int iof_stream_copy(iof_stream *dst, iof_stream *src, const iof_copy_opts *opts,
   if (opts) o = *opts;
   if (!dst || !src || !dst->vtbl || !src->vtbl) return -EINVAL;
   if (o.idle_ns > 0 && (!limits_ok(src) || !limits_ok(dst))) return -ENOTSUP;
+  /* A caller's buffer of unknown size would be overrun by the default;
+   * no allocation can be larger than half the address space. */
+  if (o.buf && !o.buf_len) return -EINVAL;
+  if (o.idle_ns > INT64_MAX / 2) o.idle_ns = INT64_MAX / 2; /* added to now */
+  if (o.buf_len > SIZE_MAX / 2) return -ENOMEM;
   size_t len = o.buf_len ? o.buf_len : IOF_COPY_DEFAULT_BUF;
   char *buf = o.buf;
   if (!buf && !(buf = malloc(len))) return -ENOMEM;
@@ -99,6 +105,8 @@ int iof_stream_relay(iof_stream *a, iof_stream *b, const iof_copy_opts *opts,
   if (!a || !b || !a->vtbl || !b->vtbl || a == b) return -EINVAL;
   if (o.idle_ns > 0 && (!limits_ok(a) || !limits_ok(b))) return -ENOTSUP;
   if (o.buf && o.buf_len < 2) return -EINVAL;
+  if (o.idle_ns > INT64_MAX / 2) o.idle_ns = INT64_MAX / 2; /* added to now */
+  if (!o.buf && o.buf_len > SIZE_MAX / 4) return -ENOMEM;   /* 2 * len wraps */
   size_t len = o.buf       ? o.buf_len / 2
                : o.buf_len ? o.buf_len
                            : IOF_COPY_DEFAULT_BUF;

@@ -26,7 +26,10 @@ const char *iof_strerror(int err) {
       return eai_text[i];
     return "unknown error";
   }
-  if (err < 0) err = -err;
+  if (err < 0) {
+    if (err < -4095) return "unknown error"; /* -INT_MIN would overflow */
+    err = -err;
+  }
   /* strerrordesc_np: a static string (strerror may build one in a shared
    * buffer, which is not thread-safe for unknown codes). */
   const char *s = err < 4096 ? strerrordesc_np(err) : NULL;

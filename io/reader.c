@@ -4,6 +4,7 @@
 #include <iofiber/reader.h>
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ int iof_reader_init(iof_reader *r, iof_stream *src, void *buf, size_t cap) {
   memset(r, 0, sizeof *r);
   if (!buf) {
     if (!cap) cap = IOF_READER_DEFAULT_CAP;
+    if (cap > SIZE_MAX / 2) return -ENOMEM; /* no such object can exist */
     buf = malloc(cap);
     if (!buf) return -ENOMEM;
     r->owned = true;

@@ -52,8 +52,12 @@ static void disarm(iof_io_op *op) {
 }
 
 int iof_signal_wait(iof_io_context *io, int signo) {
+  /* Fault signals are refused: libev's handler would return into the
+   * faulting instruction (a silent spin instead of a crash) and displace
+   * the stack overflow detector's SIGSEGV handler. */
   if (!io || signo <= 0 || signo >= NSIG || signo == SIGKILL ||
-      signo == SIGSTOP)
+      signo == SIGSTOP || signo == SIGSEGV || signo == SIGBUS ||
+      signo == SIGILL || signo == SIGFPE)
     return -EINVAL;
   sig_wait sw;
   iof__io_op_init(&sw.op, io, arm, disarm, NULL);

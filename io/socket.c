@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -388,6 +389,9 @@ ssize_t iof_readv(iof_socket *s, const struct iovec *iov, int iovcnt) {
   size_t total = 0;
   for (int i = 0; i < iovcnt; i++) {
     if (!iov[i].iov_base && iov[i].iov_len) return -EFAULT;
+    /* As readv(2)/writev(2): a total past SSIZE_MAX is EINVAL (and must
+     * not wrap into a small one). */
+    if (iov[i].iov_len > (size_t)SSIZE_MAX - total) return -EINVAL;
     total += iov[i].iov_len;
   }
   int r = byte_check(s, iov, total);
@@ -473,6 +477,9 @@ ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt) {
   size_t total = 0;
   for (int i = 0; i < iovcnt; i++) {
     if (!iov[i].iov_base && iov[i].iov_len) return -EFAULT;
+    /* As readv(2)/writev(2): a total past SSIZE_MAX is EINVAL (and must
+     * not wrap into a small one). */
+    if (iov[i].iov_len > (size_t)SSIZE_MAX - total) return -EINVAL;
     total += iov[i].iov_len;
   }
   int r = byte_check(s, iov, total);

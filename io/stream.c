@@ -5,20 +5,32 @@
 #include "io/socket_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* A vtable entry left NULL (a read-only stream, say) is refused, never
+ * called. */
 ssize_t iof_stream_read_some(iof_stream *s, void *buf, size_t len) {
-  return s && s->vtbl ? s->vtbl->read_some(s, buf, len) : -EINVAL;
+  if (!s || !s->vtbl) return -EINVAL;
+  if (!s->vtbl->read_some) return -ENOTSUP;
+  ssize_t n = s->vtbl->read_some(s, buf, len);
+  /* A count past len would make every caller's bookkeeping overrun. */
+  return n > (ssize_t)len && len <= SSIZE_MAX ? -EPROTO : n;
 }
 
 ssize_t iof_stream_write_some(iof_stream *s, const void *buf, size_t len) {
-  return s && s->vtbl ? s->vtbl->write_some(s, buf, len) : -EINVAL;
+  if (!s || !s->vtbl) return -EINVAL;
+  if (!s->vtbl->write_some) return -ENOTSUP;
+  ssize_t n = s->vtbl->write_some(s, buf, len);
+  return n > (ssize_t)len && len <= SSIZE_MAX ? -EPROTO : n;
 }
 
 int iof_stream_close(iof_stream *s) {
-  return s && s->vtbl ? (s->vtbl->close)(s) : -EINVAL;
+  if (!s || !s->vtbl) return -EINVAL;
+  if (!(s->vtbl->close)) return -ENOTSUP;
+  return (s->vtbl->close)(s); /* parenthesized: close may be a macro */
 }
 
 int iof_stream_set_deadline(iof_stream *s, int which, int64_t deadline_ns) {

@@ -39,10 +39,15 @@ static int listen_fd(iof_io_context *io, int family, const struct sockaddr *sa,
   return iof__socket_new(io, fd, family, SOCK_STREAM, true, out);
 }
 
+/* Unknown flag bits are refused: they may mean something in a later
+ * version. */
+#define IOF__LISTEN_FLAGS (IOF_LISTEN_REUSEPORT | IOF_LISTEN_V6ONLY)
+
 int iof_tcp_listen_addr(iof_io_context *io, const struct sockaddr *sa,
                         socklen_t len, int backlog, int flags,
                         iof_socket **out) {
-  if (!io || !sa || !out ||
+  if (!io || !sa || !out || (flags & ~IOF__LISTEN_FLAGS) ||
+      len < (socklen_t)sizeof(sa_family_t) ||
       (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
     return -EINVAL;
   return listen_fd(io, sa->sa_family, sa, len, backlog, flags, out);
@@ -69,7 +74,7 @@ static int lookup(iof_io_context *io, const char *host, const char *port,
 
 int iof_tcp_listen(iof_io_context *io, const char *host, const char *port,
                    int backlog, int flags, iof_socket **out) {
-  if (!io || !port || !out) return -EINVAL;
+  if (!io || !port || !out || (flags & ~IOF__LISTEN_FLAGS)) return -EINVAL;
   struct addrinfo *res;
   int r = lookup(io, host, port, SOCK_STREAM, 1, &res, 0);
   if (r < 0) return r;
@@ -147,7 +152,7 @@ static int connect_fd(iof_io_context *io, const struct sockaddr *sa,
 
 int iof_tcp_connect_addr(iof_io_context *io, const struct sockaddr *sa,
                          socklen_t len, iof_socket **out) {
-  if (!io || !sa || !out ||
+  if (!io || !sa || !out || len < (socklen_t)sizeof(sa_family_t) ||
       (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
     return -EINVAL;
   return connect_fd(io, sa, len, 0, out);
@@ -156,7 +161,7 @@ int iof_tcp_connect_addr(iof_io_context *io, const struct sockaddr *sa,
 int iof_tcp_connect_addr_deadline(iof_io_context *io, const struct sockaddr *sa,
                                   socklen_t len, int64_t deadline_ns,
                                   iof_socket **out) {
-  if (!io || !sa || !out ||
+  if (!io || !sa || !out || len < (socklen_t)sizeof(sa_family_t) ||
       (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
     return -EINVAL;
   return connect_fd(io, sa, len, deadline_ns > 0 ? deadline_ns : 0, out);

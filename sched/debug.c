@@ -15,6 +15,7 @@
 IOF_HIDDEN iof_chain *iof__debug_chains;
 IOF_HIDDEN atomic_int iof__debug_lock;
 static unsigned long last_id;
+IOF_HIDDEN _Thread_local bool iof__debug_walking;
 
 static void lock(void) {
   while (atomic_exchange_explicit(&iof__debug_lock, 1, memory_order_acquire))
@@ -87,8 +88,10 @@ static iof_fiber_run_state run_state(const iof_fiber *f) {
 
 int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg) {
   if (!fn) return -EINVAL;
+  if (iof__debug_walking) return -EDEADLK; /* the lock is held: spin */
   /* Oldest first: the list is pushed at the head, so go to its tail. */
   lock();
+  iof__debug_walking = true;
   iof_chain *c = iof__debug_chains;
   while (c && c->dbg_next) c = c->dbg_next;
   int n = 0;
@@ -118,6 +121,7 @@ int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg) {
     n++;
     if (fn(&info, arg)) break;
   }
+  iof__debug_walking = false;
   unlock();
   return n;
 }

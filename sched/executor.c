@@ -47,7 +47,7 @@ void iof__report_stuck(const char *what, size_t n) {
 }
 
 iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h) {
-  if (!ex.vt || !h) {
+  if (!ex.vt || !h || !ex.vt->dispatch) {
     errno = EINVAL;
     return NULL;
   }
@@ -59,7 +59,7 @@ iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h) {
 }
 
 int iof_executor_post(iof_executor_ref ex, iof_fiber *h) {
-  if (!ex.vt || !h) return -EINVAL;
+  if (!ex.vt || !h || !ex.vt->post) return -EINVAL;
   return ex.vt->post(ex.ex, h);
 }
 

@@ -87,6 +87,7 @@ bool iof__chain_cancel(iof_fiber *f) {
 int iof_launch_cancel(iof_fiber *f) {
   if (!f || f->on_exit != chain_exit) return -EINVAL;
   if (f->state != IOF_FS_CREATED) return -EBUSY;
+  if (iof__debug_walking) return -EDEADLK;
   return iof__chain_cancel(f) ? 0 : -EINVAL;
 }
 
@@ -105,7 +106,9 @@ int iof__run_async_ex(iof_executor_ref ex, const iof_launch_opts *opts,
                       void (*on_freed)(void *user, int status)) {
   static const iof_launch_opts none;
   if (!opts) opts = &none;
-  if (!ex.vt || !fn) return -EINVAL;
+  /* A user vtable without post (or dispatch) could never run the chain. */
+  if (!ex.vt || !fn || !ex.vt->post || !ex.vt->dispatch) return -EINVAL;
+  if (iof__debug_walking) return -EDEADLK;
   iof_execution_context *ctx = iof_executor_context(ex);
   if (iof_execution_context_stopping(ctx)) return -ESHUTDOWN;
   iof_frame_allocator *alloc = opts->frame_allocator

@@ -37,6 +37,9 @@ typedef struct iof_chain {
  * frame is freed). One short lock each; nothing on switches. */
 IOF_HIDDEN void iof__debug_register(iof_chain *c);
 IOF_HIDDEN void iof__debug_unregister(iof_chain *c);
+/* True on a thread inside iof_fiber_walk's callback, which holds the
+ * registry's spinlock: launching or cancelling there would spin forever. */
+IOF_HIDDEN extern _Thread_local bool iof__debug_walking;
 
 /* Names a vtable (an executor's or an awaitable's) for iof_fiber_walk.
  * `describe`, if given, refines the label from the awaitable itself and

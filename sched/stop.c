@@ -97,9 +97,23 @@ void iof_stop_token_release(iof_stop_token tok) {
   if (tok.state) state_release(tok.state);
 }
 
+/* Whether cb is in s's list: only asked when cb looks registered on s
+ * (a fresh or unregistered record never does), so the walk is off the
+ * normal path. */
+static bool linked_in(iof_stop_state *s, const iof_stop_callback *cb) {
+  pthread_mutex_lock(&s->lock);
+  const iof_stop_callback *c = s->head;
+  while (c && c != cb) c = c->next;
+  pthread_mutex_unlock(&s->lock);
+  return c != NULL;
+}
+
 int iof_stop_callback_register(iof_stop_callback *cb, iof_stop_token tok,
                                void (*fn)(void *arg), void *arg) {
   if (!cb || !fn) return -EINVAL;
+  if (cb->linked == 1 && cb->state && cb->state == tok.state &&
+      linked_in(tok.state, cb))
+    return -EBUSY; /* relinking would corrupt (or loop) the list */
   cb->fn = fn;
   cb->arg = arg;
   cb->prev = cb->next = NULL;

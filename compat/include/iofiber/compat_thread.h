@@ -45,7 +45,8 @@ extern "C" {
  * the attr's stack size (if set) and detach state are honoured. Its stack
  * is returned as soon as it ends; only a small join record waits for
  * pthread_join (or is freed at once when detached). Outside a fiber: the
- * real pthread_create. 0; EAGAIN (no memory or shutting down); EINVAL. */
+ * real pthread_create. 0; EAGAIN (no memory or shutting down); EINVAL
+ * (also, on any thread, for a NULL thread or fn). */
 IOF_API int iof_compat_pthread_create(pthread_t *thread,
                                       const pthread_attr_t *attr,
                                       void *(*fn)(void *), void *arg);
@@ -75,7 +76,8 @@ IOF_API void iof_compat_pthread_exit(void *retval) __attribute__((noreturn));
  * the fiber's name (15 characters max: ERANGE), kill with 0 checks it
  * exists and otherwise signals the process, cancel gives ENOTSUP (no
  * cancellation for fiber threads), getattr reports its stack size and
- * detach state. Real thread ids go to the real calls. */
+ * detach state. Real thread ids go to the real calls. A NULL name, buf or
+ * attr is EINVAL for any id (glibc would crash on it). */
 IOF_API int iof_compat_pthread_setname_np(pthread_t thread, const char *name);
 IOF_API int iof_compat_pthread_getname_np(pthread_t thread, char *buf,
                                           size_t len);

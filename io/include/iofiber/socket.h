@@ -34,8 +34,8 @@ typedef struct iof_socket iof_socket;
 /* TCP listener on host:port (host NULL or "": all addresses; port "0":
  * any; a numeric port must be 0-65535, else -EINVAL; a service name such
  * as "http" is looked up). SO_REUSEADDR always. backlog <= 0: SOMAXCONN.
- * 0 and *out; -EINVAL, -EADDRINUSE, -EACCES, -EMFILE, -ENOMEM, or a
- * resolution error (IOF_EAI_*, as iof_resolve). */
+ * 0 and *out; -EINVAL (also for unknown flags), -EADDRINUSE, -EACCES, -EMFILE,
+ * -ENOMEM, or a resolution error (IOF_EAI_*, as iof_resolve). */
 IOF_API int iof_tcp_listen(iof_io_context *io, const char *host,
                            const char *port, int backlog, int flags,
                            iof_socket **out);
@@ -114,10 +114,12 @@ IOF_API int iof_socket_shutdown(iof_socket *s, int how);
 
 /* Closes the descriptor; pending operations complete with -ECANCELED.
  * 0; a second close is harmless (0); -EINVAL on NULL. From a fiber on any
- * executor, or from a thread while the io_context is not running. */
+ * executor, or from a thread while the io_context is not running (else
+ * -EPERM, nothing closed). */
 IOF_API int iof_socket_close(iof_socket *s);
 
-/* Closes if open, then frees the object. -EINVAL on NULL. */
+/* Closes if open, then frees the object. -EINVAL on NULL; -EPERM as
+ * iof_socket_close (nothing freed). */
 IOF_API int iof_socket_free(iof_socket *s);
 
 /* The descriptor, or -EBADF once closed. */

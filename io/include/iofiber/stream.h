@@ -31,7 +31,9 @@ struct iof_stream {
   const iof_stream_vtbl *vtbl;
 };
 
-/* Dispatch to the vtable; -EINVAL on a NULL stream. */
+/* Dispatch to the vtable; -EINVAL on a NULL stream (or NULL vtbl),
+ * -ENOTSUP when the vtable leaves that entry NULL, -EPROTO when it
+ * claims more bytes than len. */
 IOF_API ssize_t iof_stream_read_some(iof_stream *s, void *buf, size_t len);
 IOF_API ssize_t iof_stream_write_some(iof_stream *s, const void *buf,
                                       size_t len);
@@ -71,7 +73,9 @@ IOF_API ssize_t iof_stream_read_until(iof_stream *s, char *buf, size_t cap,
 typedef struct iof_copy_opts {
   void *buf;          /* the chunk buffer (relay: split in two halves); NULL:
                          one allocation at start, freed at return */
-  size_t buf_len;     /* its size; 0: IOF_COPY_DEFAULT_BUF (per direction) */
+  size_t buf_len;     /* its size (with buf: 0 is -EINVAL, relay needs 2);
+                         no buf: 0 means IOF_COPY_DEFAULT_BUF (per
+                         direction), an absurd size -ENOMEM */
   int64_t idle_ns;    /* > 0: -ETIMEDOUT once no byte moved (in any
                          direction) for that long; a write stalled that long
                          fails too */

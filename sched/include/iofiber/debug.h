@@ -45,7 +45,9 @@ typedef int (*iof_fiber_walk_fn)(const iof_fiber_info *info, void *arg);
 
 /* Calls fn for each live launched fiber of the process, in launch order.
  * The registry is locked during the walk: fn must not launch fibers or
- * wait for one to end. Returns how many fibers fn saw; -EINVAL on NULL fn. */
+ * wait for one to end (launches and cancels from fn fail with -EDEADLK).
+ * Returns how many fibers fn saw; -EINVAL on NULL fn; -EDEADLK when
+ * called from fn itself. */
 IOF_API int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg);
 
 /* Writes one line per live launched fiber to out (NULL: stderr):

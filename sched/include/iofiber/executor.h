@@ -61,7 +61,8 @@ static inline bool iof_executor_empty(iof_executor_ref ex) {
 IOF_API iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h);
 
 /* Queues h; never resumes it before returning; never blocks.
- * 0; -EINVAL (empty ex, NULL h); -ESHUTDOWN (h not queued). */
+ * 0; -EINVAL (empty ex, NULL h, a vtable without post); -ESHUTDOWN (h not
+ * queued). dispatch likewise refuses a vtable without dispatch (EINVAL). */
 IOF_API int iof_executor_post(iof_executor_ref ex, iof_fiber *h);
 
 /* Both empty, the same object, or the same vtable and `equal` says so. */

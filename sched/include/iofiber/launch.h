@@ -22,16 +22,19 @@ typedef struct iof_launch_opts {
  * (executor, the token retained for the chain's life, allocator) and posts
  * it; never runs fn before returning. The chain counts as work on ex until
  * on_done has run and its stack is freed. 0; -EINVAL (empty ex, NULL fn,
- * bad stack size); -ESHUTDOWN (ex's context is shutting down); -ENOMEM.
- * Nothing is allocated on failure. Called in a fiber, the new chain
- * inherits neither the caller's token nor its allocator. */
+ * bad stack size, a vtable without post or dispatch); -EDEADLK (from an
+ * iof_fiber_walk callback); -ESHUTDOWN (ex's context
+ * is shutting down); -ENOMEM. Nothing is allocated on failure. Called in a
+ * fiber, the new chain inherits neither the caller's token nor its allocator.
+ */
 IOF_API int iof_run_async(iof_executor_ref ex, const iof_launch_opts *opts,
                           iof_fn fn, void *arg);
 
 /* For authors of contexts: disposes of a fiber launched by iof_run_async
  * that never started (found in a queue at destroy): fn is not called, its
  * on_done gets -ECANCELED, the frame is freed and the work released.
- * 0; -EBUSY if it started; -EINVAL if NULL or not launched. */
+ * 0; -EBUSY if it started; -EINVAL if NULL or not launched; -EDEADLK
+ * from an iof_fiber_walk callback. */
 IOF_API int iof_launch_cancel(iof_fiber *f);
 
 /* iof_run_async with default options. */

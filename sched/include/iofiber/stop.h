@@ -65,7 +65,8 @@ IOF_API void iof_stop_token_release(iof_stop_token tok);
 /* Registers fn(arg) to run when a stop is requested. If it already was,
  * fn runs at once, inside this call. Returns 0 when registered, 1 when fn
  * already ran, -EINVAL on NULL cb/fn (an empty token registers nothing and
- * returns 0: it can never fire). */
+ * returns 0: it can never fire), -EBUSY if cb is still registered on this
+ * token (unregister it first). */
 IOF_API int iof_stop_callback_register(iof_stop_callback *cb,
                                        iof_stop_token tok,
                                        void (*fn)(void *arg), void *arg);

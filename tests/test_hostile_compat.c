@@ -1,0 +1,755 @@
+/* Hostile calls into the compat shims (compat_io.h, compat_thread.h):
+ * bad fds, NULL and short buffers, invalid timeouts and flags, misuse of
+ * the pthread objects, from a plain thread (the libc path) and from a
+ * launched fiber (the shim path). Every call must fail as POSIX says
+ * (-1 and errno, or the error number for the pthread calls), never crash
+ * nor hang.
+ *
+ * IOF_TEST_THREADED: fds shared by fibers of two io_contexts. */
+#include "test_support.h"
+#include "io_test.h"
+
+#include <iofiber/iofiber.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#define MS 1000000LL
+
+static atomic_int failures;
+static int trace;
+#define CHECK_EQ(a, b)                                                         \
+  do {                                                                         \
+    if (trace) fprintf(stderr, "line %d\n", __LINE__);                         \
+    long long va_ = (long long)(a), vb_ = (long long)(b);                      \
+    if (va_ != vb_) {                                                          \
+      atomic_fetch_add(&failures, 1);                                          \
+      fprintf(stderr, "%s:%d: %s = %lld, expected %lld (errno %d)\n",          \
+              __FILE__, __LINE__, #a, va_, vb_, errno);                        \
+    }                                                                          \
+  } while (0)
+/* A POSIX call failing with -1 and errno e. */
+#define CHECK_ERR(call, e)                                                     \
+  do {                                                                         \
+    errno = 0;                                                                 \
+    CHECK_EQ((call), -1);                                                      \
+    CHECK_EQ(errno, (e));                                                      \
+  } while (0)
+
+static int reset(void **state) {
+  (void)state;
+  atomic_store(&failures, 0);
+  iof_test_watchdog_arm(20);
+  return 0;
+}
+
+static int disarm(void **state) {
+  (void)state;
+  alarm(0);
+  return 0;
+}
+
+static int in_a_fiber;
+
+/* Runs fn on a plain thread (libc paths) and then in a launched fiber
+ * (the shims' own paths). */
+static void both_ways(iof_fn fn) {
+  in_a_fiber = 0;
+  assert_int_equal(fn(NULL), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  in_a_fiber = 1;
+  launch(io, fn, NULL);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
+/* ---- fds, bytes, sockets ---------------------------------------------- */
+
+static int fd_calls(void *arg) {
+  (void)arg;
+  char buf[16] = "x";
+  int fds[2];
+  CHECK_EQ(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  int bad[] = {-1, INT_MIN, INT_MAX, 1 << 20};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int fd = bad[i];
+    CHECK_ERR(iof_compat_read(fd, buf, 1), EBADF);
+    CHECK_ERR(iof_compat_write(fd, buf, 1), EBADF);
+    CHECK_ERR(iof_compat_recv(fd, buf, 1, 0), EBADF);
+    CHECK_ERR(iof_compat_send(fd, buf, 1, 0), EBADF);
+    CHECK_ERR(iof_compat_close(fd), EBADF);
+    CHECK_ERR(iof_compat_dup(fd), EBADF);
+    CHECK_ERR(iof_compat_fcntl(fd, F_GETFL), EBADF);
+    int on = 1;
+    CHECK_ERR(iof_compat_ioctl(fd, FIONBIO, &on), EBADF);
+    CHECK_ERR(iof_compat_accept(fd, NULL, NULL), EBADF);
+    CHECK_ERR(iof_compat_shutdown(fd, SHUT_RD), EBADF);
+    struct timeval tv = {1, 0};
+    CHECK_ERR(
+        iof_compat_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv),
+        EBADF);
+  }
+  CHECK_ERR(iof_compat_dup2(fds[0], -1), EBADF);
+  CHECK_ERR(iof_compat_dup2(fds[0], INT_MAX), EBADF);
+  CHECK_ERR(iof_compat_dup3(fds[0], fds[0], 0), EINVAL);
+  CHECK_ERR(iof_compat_dup3(fds[0], 100, 0x7fff0000), EINVAL);
+  CHECK_ERR(iof_compat_fcntl(fds[0], 99999), EINVAL);
+  CHECK_ERR(iof_compat_fcntl(fds[0], F_DUPFD, -1), EINVAL);
+
+  /* NULL and short buffers: the kernel's answer, the shim reads nothing. */
+  CHECK_ERR(iof_compat_write(fds[0], NULL, 5), EFAULT);
+  CHECK_ERR(iof_compat_send(fds[0], NULL, 5, 0), EFAULT);
+  CHECK_ERR(iof_compat_ioctl(fds[0], FIONBIO, NULL), EFAULT);
+  CHECK_ERR(iof_compat_setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, NULL,
+                                  sizeof(struct timeval)),
+            EFAULT);
+  struct timeval tv = {0, 1};
+  CHECK_ERR(iof_compat_setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, 3),
+            EINVAL);
+  struct timeval bad_tv = {0, 2000000};
+  CHECK_ERR(iof_compat_setsockopt(fds[0], SOL_SOCKET, SO_SNDTIMEO, &bad_tv,
+                                  sizeof bad_tv),
+            EDOM);
+  /* A huge timeout is accepted and means "a long time". */
+  struct timeval huge_tv = {LONG_MAX, 999999};
+  CHECK_EQ(iof_compat_setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &huge_tv,
+                                 sizeof huge_tv),
+           0);
+  CHECK_ERR(iof_compat_getsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, NULL, NULL),
+            EFAULT);
+  CHECK_ERR(iof_compat_shutdown(fds[0], 99), EINVAL);
+  struct iovec iov = {buf, 1};
+  CHECK_ERR(iof_compat_readv(fds[0], &iov, -1), EINVAL);
+  CHECK_ERR(iof_compat_writev(fds[0], &iov, IOV_MAX + 1), EINVAL);
+  CHECK_ERR(iof_compat_writev(fds[0], NULL, 1), EFAULT);
+  CHECK_ERR(iof_compat_sendmsg(fds[0], NULL, 0), EFAULT);
+  struct msghdr mh = {0};
+  mh.msg_iov = NULL;
+  mh.msg_iovlen = 5;
+  CHECK_ERR(iof_compat_sendmsg(fds[0], &mh, 0), EFAULT);
+  CHECK_ERR(iof_compat_socket(12345, SOCK_STREAM, 0), EAFNOSUPPORT);
+  CHECK_ERR(iof_compat_socket(AF_INET, 12345, 0), EINVAL);
+  CHECK_ERR(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, NULL), EFAULT);
+  CHECK_ERR(iof_compat_pipe(NULL), EFAULT);
+  int p[2];
+  CHECK_ERR(iof_compat_pipe2(p, 0x7fff0000), EINVAL);
+
+  /* Data still flows after all that; a read with the data ready. */
+  CHECK_EQ(iof_compat_write(fds[1], "ok", 2), 2);
+  CHECK_EQ(iof_compat_read(fds[0], buf, sizeof buf), 2);
+  /* recvmsg of a NULL message once data is there: EFAULT, data kept. */
+  CHECK_EQ(iof_compat_write(fds[1], "zz", 2), 2);
+  CHECK_ERR(iof_compat_recvmsg(fds[0], NULL, 0), EFAULT);
+  CHECK_ERR(iof_compat_read(fds[0], NULL, 2), EFAULT);
+  CHECK_EQ(iof_compat_read(fds[0], buf, sizeof buf), 2);
+
+  /* accept on a socket that does not listen: EINVAL, not a wait. */
+  int s = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_EQ(s >= 0, 1);
+  CHECK_ERR(iof_compat_accept(s, NULL, NULL), EINVAL);
+  CHECK_ERR(iof_compat_accept4(s, NULL, NULL, 0x7fff0000), EINVAL);
+  CHECK_ERR(iof_compat_connect(s, NULL, sizeof(struct sockaddr_in)), EFAULT);
+  struct sockaddr_in sin = {0};
+  sin.sin_family = AF_INET;
+  CHECK_ERR(iof_compat_connect(s, (struct sockaddr *)&sin, 0), EINVAL);
+  CHECK_EQ(iof_compat_close(s), 0);
+  CHECK_ERR(iof_compat_close(s), EBADF);
+  CHECK_EQ(iof_compat_close(fds[0]), 0);
+  CHECK_EQ(iof_compat_close(fds[1]), 0);
+  return 0;
+}
+
+static void compat_fd_calls(void **state) {
+  (void)state;
+  both_ways(fd_calls);
+}
+
+/* A failed dup2/dup3 must leave the target fd's record alone: its
+ * non-blocking view and timeouts stay, its waiters keep waiting. */
+static int dup_fail_fn(void *arg) {
+  (void)arg;
+  int fds[2];
+  CHECK_EQ(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  CHECK_EQ(iof_compat_fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+  int closed = iof_compat_dup(fds[1]);
+  CHECK_EQ(iof_compat_close(closed), 0);
+  CHECK_ERR(iof_compat_dup2(closed, fds[0]), EBADF);
+  CHECK_ERR(iof_compat_dup2(-1, fds[0]), EBADF);
+  CHECK_ERR(iof_compat_dup3(closed, fds[0], 0), EBADF);
+  CHECK_ERR(iof_compat_dup3(fds[1], fds[0], 0x7fff0000), EINVAL);
+  CHECK_EQ(iof_compat_fcntl(fds[0], F_GETFL) & O_NONBLOCK, O_NONBLOCK);
+  char c;
+  CHECK_ERR(iof_compat_read(fds[0], &c, 1), EAGAIN); /* still the user's */
+  CHECK_EQ(iof_compat_close(fds[0]), 0);
+  CHECK_EQ(iof_compat_close(fds[1]), 0);
+  return 0;
+}
+
+typedef struct dup_wait {
+  int fds[2];
+  ssize_t got;
+  int err;
+} dup_wait;
+
+static int dup_waiter(void *arg) {
+  dup_wait *d = arg;
+  char buf[8];
+  errno = 0;
+  d->got = iof_compat_read(d->fds[0], buf, sizeof buf);
+  d->err = errno;
+  return 0;
+}
+
+static int dup_spoiler(void *arg) {
+  dup_wait *d = arg;
+  iof_sleep_for(10 * MS); /* the waiter waits */
+  int closed = iof_compat_dup(d->fds[1]);
+  CHECK_EQ(iof_compat_close(closed), 0);
+  CHECK_ERR(iof_compat_dup2(closed, d->fds[0]), EBADF);
+  CHECK_ERR(iof_compat_dup3(closed, d->fds[0], 0), EBADF);
+  iof_sleep_for(10 * MS);
+  CHECK_EQ(iof_compat_write(d->fds[1], "hey", 3), 3);
+  return 0;
+}
+
+static void compat_failed_dup_keeps_target(void **state) {
+  (void)state;
+  both_ways(dup_fail_fn);
+  dup_wait d = {{-1, -1}, 0, 0};
+  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, d.fds), 0);
+  iof_io_context *io = iof_io_context_create();
+  launch(io, dup_waiter, &d);
+  launch(io, dup_spoiler, &d);
+  run_all(io);
+  assert_int_equal(d.got, 3); /* not EBADF: fds[0] never closed */
+  assert_int_equal(atomic_load(&failures), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  iof_compat_close(d.fds[0]);
+  iof_compat_close(d.fds[1]);
+}
+
+/* ---- random fd operations from several fibers -------------------------- */
+
+#define FZ_FDS 8
+typedef struct fdfuzz {
+  atomic_int fds[FZ_FDS];
+  atomic_uint seed;
+  atomic_long ops;
+  bool mutate; /* close/replace/dup2 too (one thread only: closing an fd
+                  another thread uses is a race TSan reports) */
+} fdfuzz;
+
+static unsigned frnd(unsigned *s) {
+  *s = *s * 1103515245u + 12345u;
+  return (*s >> 8) & 0xffffff;
+}
+
+static void fz_timeouts(int fd) {
+  struct timeval tv = {0, 2000};
+  iof_compat_setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  iof_compat_setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+static int fz_fiber(void *arg) {
+  fdfuzz *z = arg;
+  unsigned s = atomic_fetch_add(&z->seed, 77);
+  char buf[512];
+  memset(buf, 'z', sizeof buf);
+  for (int i = 0; i < 1500; i++) {
+    int k = (int)(frnd(&s) % FZ_FDS);
+    int fd = atomic_load(&z->fds[k]);
+    int r;
+    unsigned op = frnd(&s) % 10;
+    if (!z->mutate && (op == 5 || op == 6)) op = 8;
+    switch (op) {
+    case 0:
+    case 1:
+      r = (int)iof_compat_write(fd, buf, 1 + frnd(&s) % sizeof buf);
+      CHECK_EQ(r > 0 || errno == EAGAIN || errno == EBADF || errno == EPIPE ||
+                   errno == ECONNRESET,
+               1);
+      break;
+    case 2:
+    case 3:
+      r = (int)iof_compat_read(fd, buf, 1 + frnd(&s) % sizeof buf);
+      CHECK_EQ(r >= 0 || errno == EAGAIN || errno == EBADF ||
+                   errno == ECONNRESET,
+               1);
+      break;
+    case 4: {
+      struct pollfd pf[2] = {
+          {fd, POLLIN, 0},
+          {atomic_load(&z->fds[(k + 1) % FZ_FDS]), POLLOUT, 0}};
+      r = iof_compat_poll(pf, 2, 1);
+      CHECK_EQ(r >= 0, 1);
+      break;
+    }
+    case 5: { /* close and replace by a fresh pair end */
+      int sv[2];
+      if (iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
+        fz_timeouts(sv[0]);
+        atomic_store(&z->fds[k], sv[0]);
+        iof_compat_close(fd);
+        iof_compat_close(sv[1]); /* its peer reads end of stream */
+      }
+      break;
+    }
+    case 6: { /* dup2 another fd over this one */
+      int other = atomic_load(&z->fds[(k + 3) % FZ_FDS]);
+      r = iof_compat_dup2(other, fd);
+      CHECK_EQ(r == fd || errno == EBADF, 1);
+      break;
+    }
+    case 7:
+      r = iof_compat_fcntl(fd, F_SETFL, (frnd(&s) & 1) ? O_NONBLOCK : 0);
+      CHECK_EQ(r == 0 || errno == EBADF, 1);
+      break;
+    case 8:
+      iof_compat_sched_yield();
+      break;
+    default: {
+      int one = (int)(frnd(&s) & 1);
+      iof_compat_ioctl(fd, FIONBIO, &one);
+      break;
+    }
+    }
+    atomic_fetch_add(&z->ops, 1);
+  }
+  return 0;
+}
+
+static void *fz_runner(void *arg) {
+  iof_io_context *io = arg;
+  iof_io_context_run(io);
+  return NULL;
+}
+
+static void compat_random_fd_operations(void **state) {
+  (void)state;
+  /* write(2) to a closed peer raises SIGPIPE, as POSIX says. */
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  for (int round = 0; round < 2; round++) {
+    fdfuzz z;
+    memset(&z, 0, sizeof z);
+    atomic_store(&z.seed, 42u + (unsigned)round);
+    z.mutate = round == 0;
+    for (int i = 0; i < FZ_FDS; i += 2) {
+      int sv[2];
+      assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+      fz_timeouts(sv[0]);
+      fz_timeouts(sv[1]);
+      atomic_store(&z.fds[i], sv[0]);
+      atomic_store(&z.fds[i + 1], sv[1]);
+    }
+    /* Round 0: four fibers on one io_context, fds closed, replaced and
+     * dup2'ed under each other. Round 1: two io_contexts on two threads
+     * share the fds. */
+    iof_io_context *io = iof_io_context_create();
+    iof_io_context *io2 = iof_io_context_create();
+    for (int i = 0; i < 4; i++)
+      launch(round == 0 || i % 2 ? io : io2, fz_fiber, &z);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, fz_runner, io2), 0);
+    run_all(io);
+    pthread_join(th, NULL);
+    assert_int_equal(atomic_load(&z.ops), 4 * 1500);
+    assert_int_equal(atomic_load(&failures), 0);
+    assert_int_equal(iof_io_context_destroy(io), 0);
+    assert_int_equal(iof_io_context_destroy(io2), 0);
+    for (int i = 0; i < FZ_FDS; i++) iof_compat_close(atomic_load(&z.fds[i]));
+  }
+  signal(SIGPIPE, old_pipe);
+}
+
+/* ---- poll/select/epoll and sleeps ------------------------------------- */
+
+static int poll_calls(void *arg) {
+  (void)arg;
+  CHECK_ERR(iof_compat_poll(NULL, 1, 0), EFAULT);
+  CHECK_ERR(iof_compat_poll(NULL, 1, 10), EFAULT);
+  struct timespec ten_ms = {0, 10000000};
+  CHECK_ERR(iof_compat_ppoll(NULL, 2, &ten_ms, NULL), EFAULT);
+  if (in_a_fiber) { /* the plain call truncates the count and blocks */
+    struct pollfd one = {-1, POLLIN, 0};
+    CHECK_ERR(iof_compat_poll(&one, ((nfds_t)1 << 32) | 1, 10), EINVAL);
+  }
+  struct pollfd pf = {-1, POLLIN, 0};
+  CHECK_EQ(iof_compat_poll(&pf, 1, 0), 0); /* negative fds are ignored */
+  pf.fd = INT_MAX;
+  CHECK_EQ(iof_compat_poll(&pf, 1, 0), 1);
+  CHECK_EQ(pf.revents, POLLNVAL);
+  struct timespec bad_ts = {0, 1000000000L};
+  pf.fd = -1;
+  CHECK_ERR(iof_compat_ppoll(&pf, 1, &bad_ts, NULL), EINVAL);
+  struct timespec neg_ts = {-1, 0};
+  CHECK_ERR(iof_compat_ppoll(&pf, 1, &neg_ts, NULL), EINVAL);
+  CHECK_ERR(iof_compat_select(-1, NULL, NULL, NULL, NULL), EINVAL);
+  struct timeval tv = {-1, 0};
+  CHECK_ERR(iof_compat_select(0, NULL, NULL, NULL, &tv), EINVAL);
+  struct timeval tv2 = {0, -1};
+  CHECK_ERR(iof_compat_select(0, NULL, NULL, NULL, &tv2), EINVAL);
+  CHECK_ERR(iof_compat_pselect(0, NULL, NULL, NULL, &bad_ts, NULL), EINVAL);
+  struct epoll_event ev;
+  CHECK_ERR(iof_compat_epoll_wait(-1, &ev, 1, 0), EBADF);
+  int ep = epoll_create1(0);
+  CHECK_ERR(iof_compat_epoll_wait(ep, &ev, 0, 0), EINVAL);
+  CHECK_ERR(iof_compat_epoll_wait(ep, &ev, -1, 0), EINVAL);
+  CHECK_ERR(iof_compat_epoll_pwait(ep, &ev, INT_MAX, 0, NULL), EINVAL);
+  CHECK_EQ(iof_compat_epoll_wait(ep, &ev, 1, 0), 0);
+  close(ep);
+
+  CHECK_ERR(iof_compat_nanosleep(NULL, NULL), EFAULT);
+  CHECK_ERR(iof_compat_nanosleep(&bad_ts, NULL), EINVAL);
+  CHECK_ERR(iof_compat_nanosleep(&neg_ts, NULL), EINVAL);
+  struct timespec ns_neg = {0, -1};
+  CHECK_ERR(iof_compat_nanosleep(&ns_neg, NULL), EINVAL);
+  CHECK_EQ(iof_compat_clock_nanosleep(CLOCK_MONOTONIC, 0, &bad_ts, NULL),
+           EINVAL);
+  CHECK_EQ(iof_compat_clock_nanosleep(CLOCK_MONOTONIC, 0, NULL, NULL), EFAULT);
+  CHECK_EQ(iof_compat_clock_nanosleep((clockid_t)12345, 0, &neg_ts, NULL),
+           EINVAL);
+  /* An absolute deadline in the far past returns at once. */
+  struct timespec past = {0, 0};
+  CHECK_EQ(
+      iof_compat_clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &past, NULL),
+      0);
+  CHECK_EQ(
+      iof_compat_clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &past, NULL),
+      0);
+  CHECK_EQ(iof_compat_usleep(0), 0);
+  CHECK_EQ(iof_compat_sleep(0), 0);
+  CHECK_EQ(iof_compat_sched_yield(), 0);
+  return 0;
+}
+
+static void compat_poll_and_sleep_calls(void **state) {
+  (void)state;
+  both_ways(poll_calls);
+}
+
+/* A nanosleep of LONG_MAX seconds in a fiber is a long sleep (cancelled by
+ * a stop), not a wrapped, instant one. */
+static int long_nanosleep(void *arg) {
+  int *r = arg;
+  struct timespec ts = {LONG_MAX, 999999999L};
+  errno = 0;
+  r[0] = iof_compat_nanosleep(&ts, NULL);
+  r[1] = errno;
+  return 0;
+}
+
+static int long_abs_sleep(void *arg) {
+  int *r = arg;
+  struct timespec ts = {LONG_MAX, 999999999L};
+  r[2] = iof_compat_clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+  return 0;
+}
+
+static int long_poll(void *arg) {
+  int *r = arg;
+  struct pollfd pf = {-1, POLLIN, 0};
+  struct timespec ts = {LONG_MAX, 999999999L};
+  errno = 0;
+  r[3] = iof_compat_ppoll(&pf, 1, &ts, NULL);
+  r[4] = errno;
+  return 0;
+}
+
+static void huge_compat_sleeps_are_long(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  iof_stop_source src;
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  iof_launch_opts o = {0};
+  o.stop_token = iof_stop_source_token(&src);
+  int r[5] = {7, 7, 7, 7, 7};
+  iof_executor_ref ex = iof_io_context_executor(io);
+  assert_int_equal(iof_run_async(ex, &o, long_nanosleep, r), 0);
+  assert_int_equal(iof_run_async(ex, &o, long_abs_sleep, r), 0);
+  assert_int_equal(iof_run_async(ex, &o, long_poll, r), 0);
+  iof_io_context_run_for(io, 30 * MS);
+  assert_int_equal(r[0], 7);
+  assert_int_equal(r[2], 7);
+  assert_int_equal(r[3], 7);
+  iof_stop_source_request(&src);
+  run_all(io);
+  assert_int_equal(r[0], -1);
+  assert_int_equal(r[1], ECANCELED);
+  assert_int_equal(r[2], ECANCELED);
+  assert_int_equal(r[3], -1);
+  assert_int_equal(r[4], ECANCELED);
+  iof_stop_source_destroy(&src);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* A read waiting under a huge SO_RCVTIMEO gets the data that comes
+ * later, not an EAGAIN from a wrapped deadline. */
+typedef struct huge_rcv {
+  int fds[2];
+  ssize_t got;
+  int err;
+} huge_rcv;
+
+static int huge_rcv_reader(void *arg) {
+  huge_rcv *h = arg;
+  struct timeval tv = {LONG_MAX, 0};
+  CHECK_EQ(
+      iof_compat_setsockopt(h->fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv),
+      0);
+  char buf[8];
+  errno = 0;
+  h->got = iof_compat_read(h->fds[0], buf, sizeof buf);
+  h->err = errno;
+  return 0;
+}
+
+static int huge_rcv_writer(void *arg) {
+  huge_rcv *h = arg;
+  iof_sleep_for(20 * MS);
+  CHECK_EQ(iof_compat_write(h->fds[1], "late", 4), 4);
+  return 0;
+}
+
+static void huge_rcvtimeo_waits(void **state) {
+  (void)state;
+  huge_rcv h = {{-1, -1}, 0, 0};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, h.fds), 0);
+  iof_io_context *io = iof_io_context_create();
+  launch(io, huge_rcv_reader, &h);
+  launch(io, huge_rcv_writer, &h);
+  run_all(io);
+  assert_int_equal(h.got, 4);
+  assert_int_equal(atomic_load(&failures), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  iof_compat_close(h.fds[0]);
+  iof_compat_close(h.fds[1]);
+}
+
+/* ---- resolver --------------------------------------------------------- */
+
+static int resolve_calls(void *arg) {
+  (void)arg;
+  struct addrinfo *res = NULL;
+  CHECK_EQ(iof_compat_getaddrinfo(NULL, NULL, NULL, &res), EAI_NONAME);
+  struct addrinfo h = {0};
+  h.ai_family = 12345;
+  CHECK_EQ(iof_compat_getaddrinfo("127.0.0.1", "80", &h, &res), EAI_FAMILY);
+  h.ai_family = 0;
+  h.ai_flags = 0x7fff0000;
+  CHECK_EQ(iof_compat_getaddrinfo("127.0.0.1", "80", &h, &res), EAI_BADFLAGS);
+  iof_compat_freeaddrinfo(NULL);
+  struct hostent he, *out = NULL;
+  char small[4];
+  int herr = 0;
+  CHECK_EQ(iof_compat_gethostbyname_r("localhost", &he, small, sizeof small,
+                                      &out, &herr),
+           ERANGE);
+  CHECK_EQ(out == NULL, 1);
+  return 0;
+}
+
+static void compat_resolver_calls(void **state) {
+  (void)state;
+  both_ways(resolve_calls);
+}
+
+/* ---- pthread objects -------------------------------------------------- */
+
+static void *ret_arg(void *a) {
+  return a;
+}
+
+static int thread_calls(void *arg) {
+  (void)arg;
+  /* Threads. */
+  pthread_t t;
+  CHECK_EQ(iof_compat_pthread_create(&t, NULL, NULL, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_create(NULL, NULL, ret_arg, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_create(&t, NULL, ret_arg, &t), 0);
+  void *rv = NULL;
+  CHECK_EQ(iof_compat_pthread_join(t, &rv), 0);
+  CHECK_EQ(rv == &t, 1);
+  CHECK_EQ(iof_compat_pthread_join(iof_compat_pthread_self(), NULL), EDEADLK);
+  if (in_a_fiber) { /* fiber threads: misuse detected (glibc: undefined) */
+    pthread_t d;
+    CHECK_EQ(iof_compat_pthread_create(&d, NULL, ret_arg, NULL), 0);
+    CHECK_EQ(iof_compat_pthread_detach(d), 0);
+    CHECK_EQ(iof_compat_pthread_detach(d), EINVAL);
+    CHECK_EQ(iof_compat_pthread_join(d, NULL), EINVAL);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, (size_t)1 << 40); /* past the maximum */
+    CHECK_EQ(iof_compat_pthread_create(&d, &at, ret_arg, NULL), EINVAL);
+    pthread_attr_destroy(&at);
+    iof_compat_sched_yield(); /* let the detached one end */
+  }
+  CHECK_EQ(iof_compat_pthread_once(NULL, NULL), EINVAL);
+  pthread_once_t once = PTHREAD_ONCE_INIT;
+  CHECK_EQ(iof_compat_pthread_once(&once, NULL), EINVAL);
+  char name[32];
+  pthread_t self = iof_compat_pthread_self();
+  CHECK_EQ(iof_compat_pthread_setname_np(self, "a-much-too-long-name"), ERANGE);
+  CHECK_EQ(iof_compat_pthread_getname_np(self, name, 1), ERANGE);
+  CHECK_EQ(iof_compat_pthread_setname_np(self, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_getname_np(self, NULL, 16), EINVAL);
+  CHECK_EQ(iof_compat_pthread_getattr_np(self, NULL), EINVAL);
+  pthread_attr_t at;
+  CHECK_EQ(iof_compat_pthread_getattr_np(self, &at), 0);
+  pthread_attr_destroy(&at);
+  CHECK_EQ(iof_compat_pthread_kill(self, 0), 0);
+  CHECK_EQ(iof_compat_pthread_kill(self, -1), EINVAL);
+  CHECK_EQ(iof_compat_pthread_kill(self, 1000), EINVAL);
+
+  /* Mutexes. */
+  CHECK_EQ(iof_compat_pthread_mutex_init(NULL, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_mutex_lock(NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_mutex_trylock(NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_mutex_unlock(NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_mutex_destroy(NULL), EINVAL);
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  CHECK_EQ(iof_compat_pthread_mutex_unlock(&m), EPERM);
+  CHECK_EQ(iof_compat_pthread_mutex_lock(&m), 0);
+  CHECK_EQ(iof_compat_pthread_mutex_destroy(&m), EBUSY);
+  struct timespec bad = {0, -5};
+  struct timespec bad2 = {0, 1000000000L};
+  struct timespec past = {0, 0};
+  /* Held by the caller: the relock is reported before the abstime. */
+  CHECK_EQ(iof_compat_pthread_mutex_timedlock(&m, NULL), EDEADLK);
+  CHECK_EQ(iof_compat_pthread_mutex_timedlock(&m, &bad), EDEADLK);
+  CHECK_EQ(iof_compat_pthread_mutex_timedlock(&m, &bad2), EDEADLK);
+  pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+  CHECK_EQ(iof_compat_pthread_cond_timedwait(&c, &m, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_cond_timedwait(&c, &m, &bad), EINVAL);
+  CHECK_EQ(iof_compat_pthread_cond_timedwait(&c, &m, &past), ETIMEDOUT);
+  CHECK_EQ(iof_compat_pthread_cond_clockwait(&c, &m, (clockid_t)12345, &past),
+           EINVAL);
+  CHECK_EQ(iof_compat_pthread_mutex_unlock(&m), 0);
+  CHECK_EQ(iof_compat_pthread_cond_wait(&c, &m), EPERM);
+  CHECK_EQ(iof_compat_pthread_cond_wait(&c, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_cond_wait(NULL, &m), EINVAL);
+  CHECK_EQ(iof_compat_pthread_cond_init(NULL, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_cond_destroy(NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_cond_signal(NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_cond_broadcast(NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_cond_destroy(&c), 0);
+  CHECK_EQ(iof_compat_pthread_mutex_destroy(&m), 0);
+
+  /* Read-write locks and barriers. */
+  pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+  CHECK_EQ(iof_compat_pthread_rwlock_unlock(&rw), EPERM);
+  CHECK_EQ(iof_compat_pthread_rwlock_wrlock(&rw), 0);
+  CHECK_EQ(iof_compat_pthread_rwlock_wrlock(&rw), EDEADLK);
+  CHECK_EQ(iof_compat_pthread_rwlock_timedrdlock(&rw, &bad), EDEADLK);
+  CHECK_EQ(iof_compat_pthread_rwlock_timedwrlock(&rw, NULL), EDEADLK);
+  CHECK_EQ(iof_compat_pthread_rwlock_unlock(&rw), 0);
+  CHECK_EQ(iof_compat_pthread_rwlock_init(NULL, NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_rwlock_rdlock(NULL), EINVAL);
+  CHECK_EQ(iof_compat_pthread_rwlock_destroy(&rw), 0);
+  pthread_barrier_t b;
+  CHECK_EQ(iof_compat_pthread_barrier_init(&b, NULL, 0), EINVAL);
+  CHECK_EQ(iof_compat_pthread_barrier_init(NULL, NULL, 1), EINVAL);
+  CHECK_EQ(iof_compat_pthread_barrier_init(&b, NULL, 1), 0);
+  CHECK_EQ(iof_compat_pthread_barrier_wait(&b), PTHREAD_BARRIER_SERIAL_THREAD);
+  CHECK_EQ(iof_compat_pthread_barrier_destroy(&b), 0);
+
+  /* Keys. */
+  CHECK_EQ(iof_compat_pthread_key_create(NULL, NULL), EINVAL);
+  pthread_key_t badk[] = {(pthread_key_t)-1, 99999, PTHREAD_KEYS_MAX};
+  for (size_t i = 0; i < 3; i++) {
+    CHECK_EQ(iof_compat_pthread_key_delete(badk[i]), EINVAL);
+    CHECK_EQ(iof_compat_pthread_getspecific(badk[i]) == NULL, 1);
+    CHECK_EQ(iof_compat_pthread_setspecific(badk[i], &t), EINVAL);
+  }
+  pthread_key_t k;
+  CHECK_EQ(iof_compat_pthread_key_create(&k, NULL), 0);
+  CHECK_EQ(iof_compat_pthread_key_delete(k), 0);
+  CHECK_EQ(iof_compat_pthread_key_delete(k), EINVAL);
+  CHECK_EQ(iof_compat_pthread_setspecific(k, &t), EINVAL);
+
+  /* Semaphores. */
+  sem_t s;
+  CHECK_ERR(iof_compat_sem_init(NULL, 0, 0), EINVAL);
+  CHECK_ERR(iof_compat_sem_init(&s, 0, (unsigned)SEM_VALUE_MAX + 1u), EINVAL);
+  CHECK_ERR(iof_compat_sem_init(&s, 1, 0), ENOSYS);
+  CHECK_EQ(iof_compat_sem_init(&s, 0, SEM_VALUE_MAX), 0);
+  CHECK_ERR(iof_compat_sem_post(&s), EOVERFLOW);
+  int v = 0;
+  CHECK_EQ(iof_compat_sem_getvalue(&s, &v), 0);
+  CHECK_EQ(v, SEM_VALUE_MAX);
+  CHECK_ERR(iof_compat_sem_getvalue(&s, NULL), EINVAL);
+  CHECK_EQ(iof_compat_sem_destroy(&s), 0);
+  CHECK_EQ(iof_compat_sem_init(&s, 0, 0), 0);
+  CHECK_ERR(iof_compat_sem_trywait(&s), EAGAIN);
+  CHECK_ERR(iof_compat_sem_timedwait(&s, NULL), EINVAL);
+  CHECK_ERR(iof_compat_sem_timedwait(&s, &bad2), EINVAL);
+  CHECK_ERR(iof_compat_sem_timedwait(&s, &past), ETIMEDOUT);
+  CHECK_ERR(iof_compat_sem_clockwait(&s, (clockid_t)12345, &past), EINVAL);
+  CHECK_ERR(iof_compat_sem_wait(NULL), EINVAL);
+  CHECK_ERR(iof_compat_sem_post(NULL), EINVAL);
+  CHECK_ERR(iof_compat_sem_destroy(NULL), EINVAL);
+  CHECK_EQ(iof_compat_sem_destroy(&s), 0);
+  return 0;
+}
+
+static void compat_thread_calls(void **state) {
+  (void)state;
+  both_ways(thread_calls);
+}
+
+static int main_ok(void *arg) {
+  (void)arg;
+  return 3;
+}
+
+static void compat_main_bad_arguments(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(NULL, NULL), -EINVAL);
+  assert_int_equal(iof_main_ex(NULL, NULL, NULL), -EINVAL);
+  iof_main_opts o = {0};
+  o.main_stack_size = SIZE_MAX;
+  assert_int_equal(iof_main_ex(main_ok, NULL, &o), -EINVAL);
+  o.main_stack_size = 0;
+  o.threads = UINT_MAX; /* clamped */
+  assert_int_equal(iof_main_ex(main_ok, NULL, &o), 3);
+}
+
+int main(void) {
+  trace = getenv("HOSTILE_TRACE") != NULL;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(compat_fd_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_failed_dup_keeps_target, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(compat_random_fd_operations, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(compat_poll_and_sleep_calls, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(huge_compat_sleeps_are_long, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(huge_rcvtimeo_waits, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_resolver_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_thread_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_main_bad_arguments, reset, disarm),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

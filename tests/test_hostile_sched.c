@@ -1,0 +1,851 @@
+/* Hostile calls into sched/: executors, contexts and services, work
+ * guards, stop tokens, launch/await/run, strands, thread pools, the sync
+ * primitives, channels and when_all/any, fed NULLs, out-of-range values,
+ * dead objects and the wrong context (plain thread, raw fiber, launched
+ * fiber). Each call must give its documented error and leave the objects
+ * usable.
+ *
+ * IOF_TEST_THREADED: thread pool calls from its own threads. */
+#include "test_support.h"
+#include "io_test.h"
+
+#include <iofiber/iofiber.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static int disarm(void **state) {
+  (void)state;
+  alarm(0);
+  return 0;
+}
+
+/* cmocka's asserts longjmp: fibers record failed checks, tests assert
+ * none happened. */
+static atomic_int failures;
+#define CHECK_EQ(a, b)                                                         \
+  do {                                                                         \
+    long long va_ = (long long)(a), vb_ = (long long)(b);                      \
+    if (va_ != vb_) {                                                          \
+      atomic_fetch_add(&failures, 1);                                          \
+      fprintf(stderr, "%s:%d: %s = %lld, expected %lld\n", __FILE__, __LINE__, \
+              #a, va_, vb_);                                                   \
+    }                                                                          \
+  } while (0)
+
+static int reset(void **state) {
+  (void)state;
+  atomic_store(&failures, 0);
+  iof_test_watchdog_arm(20);
+  return 0;
+}
+
+static int ret0(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+/* Runs fn(arg) as a launched fiber on a fresh io_context, to its end. */
+static void in_fiber(iof_fn fn, void *arg) {
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  launch(io, fn, arg);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
+/* ---- executors, contexts, services, guards ---------------------------- */
+
+static iof_service *null_create(iof_execution_context *ctx) {
+  (void)ctx;
+  return NULL;
+}
+
+static void executor_and_context_bad_arguments(void **state) {
+  (void)state;
+  iof_executor_ref empty = {0};
+  errno = 0;
+  assert_null(iof_executor_dispatch(empty, NULL));
+  assert_int_equal(errno, EINVAL);
+  assert_int_equal(iof_executor_post(empty, NULL), -EINVAL);
+  assert_true(iof_executor_equal(empty, empty));
+  assert_null(iof_executor_target(empty, NULL));
+  assert_null(iof_executor_context(empty));
+  iof_executor_on_work_started(empty);
+  iof_executor_on_work_finished(empty);
+
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  assert_int_equal(iof_executor_post(ex, NULL), -EINVAL);
+  errno = 0;
+  assert_null(iof_executor_dispatch(ex, NULL));
+  assert_int_equal(errno, EINVAL);
+  assert_false(iof_executor_equal(ex, empty));
+
+  assert_int_equal(iof_execution_context_init(NULL), -EINVAL);
+  iof_execution_context_shutdown(NULL);
+  iof_execution_context_destroy(NULL);
+  assert_false(iof_execution_context_stopping(NULL));
+  iof_service_key good = {"hostile", null_create, NULL, NULL};
+  iof_service_key nocreate = {"nocreate", NULL, NULL, NULL};
+  errno = 0;
+  assert_null(iof_use_service(NULL, &good));
+  assert_int_equal(errno, EINVAL);
+  iof_execution_context *ctx = iof_io_context_context(io);
+  errno = 0;
+  assert_null(iof_use_service(ctx, NULL));
+  assert_int_equal(errno, EINVAL);
+  errno = 0;
+  assert_null(iof_use_service(ctx, &nocreate));
+  assert_int_equal(errno, EINVAL);
+  errno = 0;
+  assert_null(iof_make_service(ctx, &nocreate));
+  assert_int_equal(errno, EINVAL);
+  errno = 0;
+  assert_null(iof_use_service(ctx, &good)); /* create fails */
+  assert_int_equal(errno, ENOMEM);
+  assert_false(iof_has_service(ctx, &good));
+  assert_null(iof_find_service(NULL, &good));
+  assert_null(iof_find_service(ctx, NULL));
+  assert_false(iof_has_service(NULL, NULL));
+  assert_non_null(iof_context_frame_allocator(NULL));
+  assert_int_equal(iof_context_set_frame_allocator(NULL, NULL), -EINVAL);
+
+  iof_work_guard g;
+  assert_int_equal(iof_work_guard_init(NULL, ex), -EINVAL);
+  assert_int_equal(iof_work_guard_init(&g, empty), -EINVAL);
+  assert_false(iof_work_guard_owns(&g));
+  iof_work_guard_reset(&g);
+  iof_work_guard_reset(NULL);
+  assert_false(iof_work_guard_owns(NULL));
+  assert_int_equal(iof_work_guard_init(&g, ex), 0);
+  iof_work_guard_reset(&g);
+  iof_work_guard_reset(&g); /* twice: once only */
+  /* The guard count is back to 0: run returns at once. */
+  assert_int_equal(iof_io_context_run(io), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static void user_executor_without_slots(void **state) {
+  (void)state;
+  static const iof_executor_vtbl empty_vt = {NULL, NULL, NULL,
+                                             NULL, NULL, NULL};
+  static int obj;
+  iof_executor_ref ex = iof_executor_make(&obj, &empty_vt);
+  iof_fiber *f = iof_fiber_create(NULL, 0, ret0, NULL);
+  assert_non_null(f);
+  assert_int_equal(iof_executor_post(ex, f), -EINVAL);
+  errno = 0;
+  assert_null(iof_executor_dispatch(ex, f));
+  assert_int_equal(errno, EINVAL);
+  assert_null(iof_executor_context(ex));
+  assert_false(iof_executor_equal(ex, iof_executor_make(&f, &empty_vt)));
+  iof_executor_on_work_started(ex);
+  iof_executor_on_work_finished(ex);
+  assert_int_equal(iof_launch(ex, ret0, NULL), -EINVAL);
+  assert_int_equal(iof_fiber_destroy(f), 0);
+  iof_work_guard g;
+  assert_int_equal(iof_work_guard_init(&g, ex), 0);
+  iof_work_guard_reset(&g);
+}
+
+/* ---- stop tokens ------------------------------------------------------ */
+
+static void noop_cb(void *arg) {
+  (*(int *)arg)++;
+}
+
+static void stop_bad_arguments(void **state) {
+  (void)state;
+  assert_int_equal(iof_stop_source_init(NULL), -EINVAL);
+  iof_stop_source_destroy(NULL);
+  iof_stop_source zero = {0};
+  iof_stop_source_destroy(&zero);
+  assert_null(iof_stop_source_token(NULL).state);
+  assert_false(iof_stop_source_request(NULL));
+  assert_false(iof_stop_source_request(&zero));
+  iof_stop_token empty = {0};
+  assert_false(iof_stop_requested(empty));
+  assert_false(iof_stop_possible(empty));
+  iof_stop_token_release(iof_stop_token_retain(empty));
+  int hits = 0;
+  iof_stop_callback cb;
+  memset(&cb, 0, sizeof cb);
+  assert_int_equal(iof_stop_callback_register(NULL, empty, noop_cb, &hits),
+                   -EINVAL);
+  assert_int_equal(iof_stop_callback_register(&cb, empty, NULL, &hits),
+                   -EINVAL);
+  assert_int_equal(iof_stop_callback_register(&cb, empty, noop_cb, &hits), 0);
+  iof_stop_callback_unregister(&cb);
+  iof_stop_callback_unregister(&cb);
+  iof_stop_callback_unregister(NULL);
+  iof_stop_callback fresh;
+  memset(&fresh, 0, sizeof fresh);
+  iof_stop_callback_unregister(&fresh); /* never registered */
+
+  iof_stop_source src;
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  iof_stop_token t = iof_stop_token_retain(iof_stop_source_token(&src));
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), 0);
+  assert_true(iof_stop_source_request(&src));
+  assert_false(iof_stop_source_request(&src));
+  assert_int_equal(hits, 1);
+  iof_stop_callback_unregister(&cb);
+  iof_stop_callback_unregister(&cb);
+  iof_stop_source_destroy(&src);
+  iof_stop_source_destroy(&src); /* idempotent */
+  assert_true(iof_stop_requested(t));
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), 1);
+  assert_int_equal(hits, 2);
+  iof_stop_token_release(t);
+}
+
+static void stop_double_register_is_ebusy(void **state) {
+  (void)state;
+  iof_stop_source src;
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  iof_stop_token t = iof_stop_source_token(&src);
+  int hits = 0, other = 0;
+  iof_stop_callback cb, cb2;
+  memset(&cb, 0, sizeof cb);
+  memset(&cb2, 0, sizeof cb2);
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), 0);
+  assert_int_equal(iof_stop_callback_register(&cb2, t, noop_cb, &other), 0);
+  /* Again while linked, as head and not head: refused, list intact. */
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), -EBUSY);
+  assert_int_equal(iof_stop_callback_register(&cb2, t, noop_cb, &other),
+                   -EBUSY);
+  assert_true(iof_stop_source_request(&src)); /* no loop, each once */
+  assert_int_equal(hits, 1);
+  assert_int_equal(other, 1);
+  iof_stop_callback_unregister(&cb);
+  iof_stop_callback_unregister(&cb2);
+  /* Unregistered: it may be registered again (fires at once now). */
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), 1);
+  assert_int_equal(hits, 2);
+  iof_stop_source_destroy(&src);
+}
+
+/* Callbacks that turn on their own source: request again, unregister
+ * themselves and others, destroy the source, register a new callback. */
+typedef struct reentrant {
+  iof_stop_source src;
+  iof_stop_callback cb[3];
+  int again, late;
+} reentrant;
+
+static void late_cb(void *arg) {
+  ((reentrant *)arg)->late++;
+}
+
+static void cb0(void *arg) {
+  reentrant *r = arg;
+  r->again = iof_stop_source_request(&r->src) ? 1 : 2;
+  iof_stop_callback_unregister(&r->cb[0]); /* itself */
+  iof_stop_callback_unregister(&r->cb[1]); /* another one, not yet run */
+  iof_stop_token t = iof_stop_source_token(&r->src);
+  iof_stop_callback_register(&r->cb[2], t, late_cb, r); /* runs at once */
+  iof_stop_source_destroy(&r->src);
+}
+
+static void cb1(void *arg) {
+  (void)arg;
+}
+
+static void stop_callbacks_reentering(void **state) {
+  (void)state;
+  reentrant r;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(iof_stop_source_init(&r.src), 0);
+  iof_stop_token t = iof_stop_token_retain(iof_stop_source_token(&r.src));
+  assert_int_equal(iof_stop_callback_register(&r.cb[1], t, cb1, &r), 0);
+  assert_int_equal(iof_stop_callback_register(&r.cb[0], t, cb0, &r), 0);
+  assert_true(iof_stop_source_request(&r.src));
+  assert_int_equal(r.again, 2);
+  assert_int_equal(r.late, 1);
+  assert_true(iof_stop_requested(t));
+  iof_stop_callback_unregister(&r.cb[0]);
+  iof_stop_callback_unregister(&r.cb[1]);
+  iof_stop_callback_unregister(&r.cb[2]);
+  iof_stop_source_destroy(&r.src);
+  iof_stop_token_release(t);
+}
+
+/* ---- launch, await, run, yield ---------------------------------------- */
+
+static iof_fiber *aw_suspend(void *self, iof_fiber *h, const iof_env *env) {
+  (void)self;
+  (void)env;
+  return h;
+}
+
+static const iof_awaitable_vtbl aw_vt = {NULL, aw_suspend, NULL};
+static const iof_awaitable_vtbl aw_nosuspend = {NULL, NULL, NULL};
+
+static int raw_fiber_calls(void *arg) {
+  (void)arg;
+  /* A raw fiber: not launched. */
+  CHECK_EQ(iof_yield(), -EPERM);
+  int x = 0;
+  CHECK_EQ(iof_await(&x, &aw_vt), -EPERM);
+  CHECK_EQ(iof_run((iof_executor_ref){0}, NULL, ret0, NULL), -EPERM);
+  CHECK_EQ(iof_env_current() == NULL, 1);
+  return 0;
+}
+
+static void launch_bad_arguments(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  iof_executor_ref empty = {0};
+  assert_int_equal(iof_run_async(empty, NULL, ret0, NULL), -EINVAL);
+  assert_int_equal(iof_run_async(ex, NULL, NULL, NULL), -EINVAL);
+  assert_int_equal(iof_launch(empty, ret0, NULL), -EINVAL);
+  assert_int_equal(iof_launch(ex, NULL, NULL), -EINVAL);
+  size_t bad[] = {1, IOF_FIBER_STACK_MIN - 1, IOF_FIBER_STACK_MAX + 1,
+                  SIZE_MAX};
+  for (size_t i = 0; i < 4; i++) {
+    iof_launch_opts o = {0};
+    o.stack_size = bad[i];
+    assert_int_equal(iof_run_async(ex, &o, ret0, NULL), -EINVAL);
+  }
+  assert_int_equal(iof_launch_cancel(NULL), -EINVAL);
+  iof_fiber *raw = iof_fiber_create(NULL, 0, raw_fiber_calls, NULL);
+  assert_non_null(raw);
+  assert_int_equal(iof_launch_cancel(raw), -EINVAL);
+  assert_int_equal(iof_fiber_resume(raw), 0);
+  assert_int_equal(iof_launch_cancel(raw), -EINVAL);
+  assert_int_equal(iof_fiber_destroy(raw), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+  /* Nothing was counted as work by the refusals. */
+  assert_int_equal(iof_io_context_run(io), 0);
+
+  /* Outside any fiber. */
+  assert_int_equal(iof_yield(), -EPERM);
+  int x = 0;
+  assert_int_equal(iof_await(&x, &aw_vt), -EPERM);
+  assert_int_equal(iof_run(empty, NULL, ret0, NULL), -EPERM);
+  assert_null(iof_env_current());
+
+  /* After shutdown. */
+  iof_execution_context_shutdown(iof_io_context_context(io));
+  assert_int_equal(iof_launch(ex, ret0, NULL), -ESHUTDOWN);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static int misuse_inside(void *arg) {
+  (void)arg;
+  int x = 0;
+  CHECK_EQ(iof_await(NULL, &aw_vt), -EINVAL);
+  CHECK_EQ(iof_await(&x, NULL), -EINVAL);
+  CHECK_EQ(iof_await(&x, &aw_nosuspend), -EINVAL);
+  CHECK_EQ(iof_run((iof_executor_ref){0}, NULL, NULL, NULL), -EINVAL);
+  iof_launch_opts o = {0};
+  o.stack_size = 65536;
+  CHECK_EQ(iof_run((iof_executor_ref){0}, &o, ret0, NULL), -EINVAL);
+  o.stack_size = 0;
+  o.name = "x";
+  CHECK_EQ(iof_run((iof_executor_ref){0}, &o, ret0, NULL), -EINVAL);
+  /* The current launched fiber is not cancellable as never-started. */
+  CHECK_EQ(iof_launch_cancel(iof_fiber_current()), -EBUSY);
+  CHECK_EQ(iof_fiber_destroy(iof_fiber_current()), -EBUSY);
+  CHECK_EQ(iof_fiber_resume(iof_fiber_current()), -EBUSY);
+  CHECK_EQ(iof_yield(), 0);
+  CHECK_EQ(iof_await(&x, &aw_vt), 0);
+  return 0;
+}
+
+static void launch_misuse_inside_fiber(void **state) {
+  (void)state;
+  in_fiber(misuse_inside, NULL);
+}
+
+/* ---- the fiber registry (debug.h) ------------------------------------- */
+
+typedef struct walker {
+  iof_executor_ref ex;
+  int seen, launch_rc, nested_rc;
+} walker;
+
+static int walk_cb(const iof_fiber_info *info, void *arg) {
+  walker *w = arg;
+  (void)info;
+  w->seen++;
+  w->launch_rc = iof_launch(w->ex, ret0, NULL); /* would spin */
+  w->nested_rc = iof_fiber_walk(walk_cb, arg);  /* would spin */
+  return 1;                                     /* stop after one */
+}
+
+static void fiber_walk_misuse(void **state) {
+  (void)state;
+  assert_int_equal(iof_fiber_walk(NULL, NULL), -EINVAL);
+  iof_io_context *io = iof_io_context_create();
+  walker w = {iof_io_context_executor(io), 0, 1, 1};
+  assert_int_equal(iof_launch(w.ex, ret0, NULL), 0);
+  assert_int_equal(iof_launch(w.ex, ret0, NULL), 0);
+  assert_int_equal(iof_fiber_walk(walk_cb, &w), 1);
+  assert_int_equal(w.seen, 1);
+  assert_int_equal(w.launch_rc, -EDEADLK);
+  assert_int_equal(w.nested_rc, -EDEADLK);
+  /* A stream that cannot be written: -EIO, nothing else breaks. */
+  FILE *ro = fopen("/dev/null", "r");
+  assert_non_null(ro);
+  assert_int_equal(iof_fiber_dump(ro), -EIO);
+  fclose(ro);
+  FILE *null = fopen("/dev/null", "w");
+  assert_int_equal(iof_fiber_dump(null), 2);
+  fclose(null);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* ---- strands and thread pools ----------------------------------------- */
+
+static void strand_and_pool_bad_arguments(void **state) {
+  (void)state;
+  errno = 0;
+  assert_null(iof_strand_create((iof_executor_ref){0}));
+  assert_int_equal(errno, EINVAL);
+  assert_int_equal(iof_strand_destroy(NULL), -EINVAL);
+  assert_true(iof_executor_empty(iof_strand_executor(NULL)));
+  assert_false(iof_strand_running_in_this_thread(NULL));
+
+  size_t bad[] = {0, 1025, SIZE_MAX};
+  for (size_t i = 0; i < 3; i++) {
+    errno = 0;
+    assert_null(iof_thread_pool_create(bad[i]));
+    assert_int_equal(errno, EINVAL);
+  }
+  assert_true(iof_executor_empty(iof_thread_pool_executor(NULL)));
+  assert_null(iof_thread_pool_context(NULL));
+  iof_thread_pool_stop(NULL);
+  assert_int_equal(iof_thread_pool_join(NULL), -EINVAL);
+  assert_int_equal(iof_thread_pool_destroy(NULL), -EINVAL);
+}
+
+typedef struct pool_self {
+  iof_thread_pool *p;
+  int join, destroy;
+} pool_self;
+
+static int pool_self_fn(void *arg) {
+  pool_self *ps = arg;
+  ps->join = iof_thread_pool_join(ps->p);
+  ps->destroy = iof_thread_pool_destroy(ps->p);
+  return 0;
+}
+
+static void pool_calls_from_its_own_thread(void **state) {
+  (void)state;
+  pool_self ps = {0};
+  ps.p = iof_thread_pool_create(1);
+  assert_non_null(ps.p);
+  assert_int_equal(
+      iof_launch(iof_thread_pool_executor(ps.p), pool_self_fn, &ps), 0);
+  assert_int_equal(iof_thread_pool_join(ps.p), 0);
+  assert_int_equal(ps.join, -EDEADLK);
+  assert_int_equal(ps.destroy, -EDEADLK);
+  assert_int_equal(iof_thread_pool_destroy(ps.p), 0);
+}
+
+static void count_done(void *user, int status) {
+  int *d = user;
+  d[0]++;
+  d[1] = status;
+}
+
+static void pool_launch_after_stop(void **state) {
+  (void)state;
+  iof_thread_pool *p = iof_thread_pool_create(2);
+  assert_non_null(p);
+  iof_thread_pool_stop(p);
+  iof_thread_pool_stop(p); /* twice */
+  int done[2] = {0, 0};
+  iof_launch_opts o = {0};
+  o.on_done = count_done;
+  o.user = done;
+  int r = iof_run_async(iof_thread_pool_executor(p), &o, ret0, NULL);
+  assert_true(r == 0 || r == -ESHUTDOWN);
+  assert_int_equal(iof_thread_pool_join(p), 0);
+  assert_int_equal(iof_thread_pool_join(p), 0); /* twice */
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+  if (r == 0) { /* queued: run or cancelled by destroy, exactly once */
+    assert_int_equal(done[0], 1);
+    assert_true(done[1] == 0 || done[1] == -ECANCELED);
+  } else {
+    assert_int_equal(done[0], 0);
+  }
+}
+
+/* ---- sync primitives -------------------------------------------------- */
+
+static void sync_null_arguments(void **state) {
+  (void)state;
+  assert_int_equal(iof_mutex_init(NULL), -EINVAL);
+  assert_int_equal(iof_mutex_destroy(NULL), -EINVAL);
+  assert_int_equal(iof_mutex_lock(NULL), -EINVAL);
+  assert_int_equal(iof_mutex_timedlock(NULL, 0), -EINVAL);
+  assert_int_equal(iof_mutex_trylock(NULL), -EINVAL);
+  assert_int_equal(iof_mutex_unlock(NULL), -EINVAL);
+  assert_int_equal(iof_cond_init(NULL), -EINVAL);
+  assert_int_equal(iof_cond_destroy(NULL), -EINVAL);
+  iof_mutex m = IOF_MUTEX_INIT;
+  iof_cond c = IOF_COND_INIT;
+  assert_int_equal(iof_cond_wait(NULL, &m), -EINVAL);
+  assert_int_equal(iof_cond_wait(&c, NULL), -EINVAL);
+  assert_int_equal(iof_cond_timedwait(NULL, &m, 0), -EINVAL);
+  assert_int_equal(iof_cond_timedwait(&c, NULL, 0), -EINVAL);
+  assert_int_equal(iof_cond_signal(NULL), -EINVAL);
+  assert_int_equal(iof_cond_broadcast(NULL), -EINVAL);
+  assert_int_equal(iof_sem_init(NULL, 0), -EINVAL);
+  assert_int_equal(iof_sem_destroy(NULL), -EINVAL);
+  assert_int_equal(iof_sem_wait(NULL), -EINVAL);
+  assert_int_equal(iof_sem_timedwait(NULL, 0), -EINVAL);
+  assert_int_equal(iof_sem_trywait(NULL), -EINVAL);
+  assert_int_equal(iof_sem_post(NULL), -EINVAL);
+  assert_int_equal(iof_sem_value(NULL), 0);
+  assert_int_equal(iof_event_init(NULL, true), -EINVAL);
+  assert_int_equal(iof_event_destroy(NULL), -EINVAL);
+  assert_int_equal(iof_event_set(NULL), -EINVAL);
+  assert_int_equal(iof_event_reset(NULL), -EINVAL);
+  assert_false(iof_event_is_set(NULL));
+  assert_int_equal(iof_event_wait(NULL), -EINVAL);
+  assert_int_equal(iof_event_timedwait(NULL, 0), -EINVAL);
+  assert_int_equal(iof_event_trywait(NULL), -EINVAL);
+}
+
+static void sync_misuse_from_a_thread(void **state) {
+  (void)state;
+  iof_mutex m;
+  assert_int_equal(iof_mutex_init(&m), 0);
+  assert_int_equal(iof_mutex_unlock(&m), -EPERM); /* not locked */
+  assert_int_equal(iof_mutex_lock(&m), 0);
+  assert_int_equal(iof_mutex_lock(&m), -EDEADLK);
+  assert_int_equal(iof_mutex_trylock(&m), -EBUSY);
+  assert_int_equal(iof_mutex_timedlock(&m, INT64_MIN), -EDEADLK);
+  assert_int_equal(iof_mutex_destroy(&m), -EBUSY);
+  assert_int_equal(iof_mutex_unlock(&m), 0);
+  assert_int_equal(iof_mutex_unlock(&m), -EPERM);
+  /* Extreme deadlines on a free mutex: taken. */
+  assert_int_equal(iof_mutex_timedlock(&m, INT64_MIN), 0);
+  assert_int_equal(iof_mutex_unlock(&m), 0);
+  assert_int_equal(iof_mutex_timedlock(&m, INT64_MAX), 0);
+  assert_int_equal(iof_mutex_unlock(&m), 0);
+
+  iof_cond c;
+  assert_int_equal(iof_cond_init(&c), 0);
+  assert_int_equal(iof_cond_wait(&c, &m), -EPERM); /* m not held */
+  assert_int_equal(iof_cond_timedwait(&c, &m, INT64_MIN), -EPERM);
+  assert_int_equal(iof_mutex_lock(&m), 0);
+  assert_int_equal(iof_cond_timedwait(&c, &m, INT64_MIN), -ETIMEDOUT);
+  assert_int_equal(iof_cond_timedwait(&c, &m, -1), -ETIMEDOUT);
+  assert_int_equal(iof_mutex_unlock(&m), 0); /* held again after timeout */
+  assert_int_equal(iof_cond_destroy(&c), 0);
+  assert_int_equal(iof_mutex_destroy(&m), 0);
+
+  iof_sem s;
+  assert_int_equal(iof_sem_init(&s, IOF_SEM_VALUE_MAX + 1u), -EINVAL);
+  assert_int_equal(iof_sem_init(&s, UINT_MAX), -EINVAL);
+  assert_int_equal(iof_sem_init(&s, IOF_SEM_VALUE_MAX), 0);
+  assert_int_equal(iof_sem_post(&s), -EOVERFLOW);
+  assert_int_equal(iof_sem_value(&s), IOF_SEM_VALUE_MAX);
+  assert_int_equal(iof_sem_trywait(&s), 0);
+  assert_int_equal(iof_sem_post(&s), 0);
+  assert_int_equal(iof_sem_destroy(&s), 0);
+  assert_int_equal(iof_sem_init(&s, 0), 0);
+  assert_int_equal(iof_sem_trywait(&s), -EAGAIN);
+  assert_int_equal(iof_sem_timedwait(&s, INT64_MIN), -ETIMEDOUT);
+  assert_int_equal(iof_sem_destroy(&s), 0);
+
+  iof_event e;
+  assert_int_equal(iof_event_init(&e, false), 0);
+  assert_int_equal(iof_event_trywait(&e), -EAGAIN);
+  assert_int_equal(iof_event_timedwait(&e, INT64_MIN), -ETIMEDOUT);
+  assert_int_equal(iof_event_destroy(&e), 0);
+
+  int64_t now = iof_deadline_after(0);
+  assert_true(iof_deadline_after(INT64_MIN) >= now);
+  assert_true(iof_deadline_after(INT64_MIN) < now + 1000000000LL);
+  assert_int_equal(iof_deadline_after(INT64_MAX), INT64_MAX);
+  assert_int_equal(iof_deadline_after(INT64_MAX - 1), INT64_MAX);
+}
+
+static int sync_misuse_fiber(void *arg) {
+  (void)arg;
+  iof_mutex m = IOF_MUTEX_INIT;
+  CHECK_EQ(iof_mutex_unlock(&m), -EPERM);
+  CHECK_EQ(iof_mutex_lock(&m), 0);
+  CHECK_EQ(iof_mutex_lock(&m), -EDEADLK);
+  CHECK_EQ(iof_mutex_timedlock(&m, INT64_MIN), -EDEADLK);
+  CHECK_EQ(iof_mutex_unlock(&m), 0);
+  iof_cond c = IOF_COND_INIT;
+  CHECK_EQ(iof_cond_wait(&c, &m), -EPERM);
+  CHECK_EQ(iof_mutex_lock(&m), 0);
+  CHECK_EQ(iof_cond_timedwait(&c, &m, INT64_MIN), -ETIMEDOUT);
+  CHECK_EQ(iof_mutex_unlock(&m), 0);
+  iof_sem s = IOF_SEM_INIT(0);
+  CHECK_EQ(iof_sem_timedwait(&s, INT64_MIN), -ETIMEDOUT);
+  CHECK_EQ(iof_sem_timedwait(&s, 0), -ETIMEDOUT);
+  iof_event e = IOF_EVENT_INIT(true);
+  CHECK_EQ(iof_event_timedwait(&e, INT64_MIN), -ETIMEDOUT);
+  return 0;
+}
+
+static void sync_misuse_from_a_fiber(void **state) {
+  (void)state;
+  in_fiber(sync_misuse_fiber, NULL);
+}
+
+/* Destroying primitives while fibers wait on them: -EBUSY, nothing
+ * broken, the waiters complete normally afterwards. */
+typedef struct waited {
+  iof_chan *ch;
+  iof_mutex m;
+  iof_sem s;
+  iof_event e;
+  int done;
+} waited;
+
+static int w_chan(void *arg) {
+  waited *w = arg;
+  CHECK_EQ(iof_chan_recv(w->ch, NULL), -EPIPE);
+  w->done++;
+  return 0;
+}
+
+static int w_mutex(void *arg) {
+  waited *w = arg;
+  CHECK_EQ(iof_mutex_lock(&w->m), 0);
+  CHECK_EQ(iof_mutex_unlock(&w->m), 0);
+  w->done++;
+  return 0;
+}
+
+static int w_sem(void *arg) {
+  waited *w = arg;
+  CHECK_EQ(iof_sem_wait(&w->s), 0);
+  w->done++;
+  return 0;
+}
+
+static int w_event(void *arg) {
+  waited *w = arg;
+  CHECK_EQ(iof_event_wait(&w->e), 0);
+  w->done++;
+  return 0;
+}
+
+static int w_checker(void *arg) {
+  waited *w = arg;
+  iof_executor_ref ex = iof_env_current()->executor;
+  CHECK_EQ(iof_mutex_lock(&w->m), 0);
+  iof_fn fns[] = {w_chan, w_mutex, w_sem, w_event};
+  for (size_t i = 0; i < 4; i++) CHECK_EQ(iof_launch(ex, fns[i], w), 0);
+  for (int i = 0; i < 5; i++) iof_yield();
+  CHECK_EQ(iof_chan_destroy(w->ch), -EBUSY);
+  CHECK_EQ(iof_mutex_destroy(&w->m), -EBUSY);
+  CHECK_EQ(iof_sem_destroy(&w->s), -EBUSY);
+  CHECK_EQ(iof_event_destroy(&w->e), -EBUSY);
+  CHECK_EQ(iof_sem_value(&w->s), 0);
+  CHECK_EQ(w->done, 0);
+  CHECK_EQ(iof_chan_close(w->ch), 0);
+  CHECK_EQ(iof_mutex_unlock(&w->m), 0);
+  CHECK_EQ(iof_sem_post(&w->s), 0);
+  CHECK_EQ(iof_event_set(&w->e), 0);
+  return 0;
+}
+
+static void destroy_with_waiters_is_ebusy(void **state) {
+  (void)state;
+  waited w;
+  memset(&w, 0, sizeof w);
+  w.ch = iof_chan_create(sizeof(int), 0);
+  assert_non_null(w.ch);
+  assert_int_equal(iof_mutex_init(&w.m), 0);
+  assert_int_equal(iof_sem_init(&w.s, 0), 0);
+  assert_int_equal(iof_event_init(&w.e, true), 0);
+  in_fiber(w_checker, &w);
+  assert_int_equal(w.done, 4);
+  assert_int_equal(iof_chan_destroy(w.ch), 0);
+  assert_int_equal(iof_mutex_destroy(&w.m), 0);
+  assert_int_equal(iof_sem_destroy(&w.s), 0);
+  assert_int_equal(iof_event_destroy(&w.e), 0);
+}
+
+/* ---- channels --------------------------------------------------------- */
+
+static void chan_bad_arguments(void **state) {
+  (void)state;
+  errno = 0;
+  assert_null(iof_chan_create(SIZE_MAX, 2));
+  assert_int_equal(errno, EINVAL);
+  errno = 0;
+  assert_null(iof_chan_create(2, SIZE_MAX));
+  assert_int_equal(errno, EINVAL);
+  errno = 0;
+  assert_null(iof_chan_create(SIZE_MAX / 2, SIZE_MAX / 2));
+  assert_int_equal(errno, EINVAL);
+  assert_int_equal(iof_chan_destroy(NULL), -EINVAL);
+  int v = 1;
+  assert_int_equal(iof_chan_send(NULL, &v), -EINVAL);
+  assert_int_equal(iof_chan_recv(NULL, &v), -EINVAL);
+  assert_int_equal(iof_chan_try_send(NULL, &v), -EINVAL);
+  assert_int_equal(iof_chan_try_recv(NULL, &v), -EINVAL);
+  assert_int_equal(iof_chan_send_until(NULL, &v, 0), -EINVAL);
+  assert_int_equal(iof_chan_recv_until(NULL, &v, 0), -EINVAL);
+  assert_int_equal(iof_chan_close(NULL), -EINVAL);
+  assert_int_equal(iof_chan_len(NULL), 0);
+  assert_int_equal(iof_chan_cap(NULL), 0);
+  assert_int_equal(iof_chan_elem_size(NULL), 0);
+  assert_false(iof_chan_closed(NULL));
+
+  iof_chan *ch = iof_chan_create(sizeof(int), 1);
+  assert_non_null(ch);
+  assert_int_equal(iof_chan_send(ch, NULL), -EINVAL);
+  assert_int_equal(iof_chan_try_send(ch, NULL), -EINVAL);
+  assert_int_equal(iof_chan_send_until(ch, NULL, INT64_MIN), -EINVAL);
+  assert_int_equal(iof_chan_recv_until(ch, &v, INT64_MIN), -ETIMEDOUT);
+  assert_int_equal(iof_chan_try_recv(ch, &v), -EAGAIN);
+  assert_int_equal(iof_chan_try_send(ch, &v), 0);
+  assert_int_equal(iof_chan_send_until(ch, &v, INT64_MIN), -ETIMEDOUT);
+  assert_int_equal(iof_chan_len(ch), 1);
+
+  iof_chan_case cs[IOF_CHAN_SELECT_MAX + 1];
+  memset(cs, 0, sizeof cs);
+  assert_int_equal(iof_chan_select(NULL, 1), -EINVAL);
+  assert_int_equal(iof_chan_select(cs, 0), -EINVAL);
+  assert_int_equal(iof_chan_select(cs, IOF_CHAN_SELECT_MAX + 1), -EINVAL);
+  assert_int_equal(iof_chan_select(cs, SIZE_MAX), -EINVAL);
+  assert_int_equal(iof_chan_select(cs, 2), -EINVAL); /* all disabled */
+  int ops[] = {0, 3, -1, INT_MAX, INT_MIN};
+  for (size_t i = 0; i < 5; i++) {
+    cs[0] = (iof_chan_case){ch, ops[i], &v, 12345};
+    assert_int_equal(iof_chan_select(cs, 1), -EINVAL);
+    assert_int_equal(iof_chan_try_select(cs, 1), -EINVAL);
+    assert_int_equal(iof_chan_select_until(cs, 1, INT64_MIN), -EINVAL);
+    assert_int_equal(cs[0].status, 12345);
+  }
+  cs[0] = (iof_chan_case){ch, IOF_CHAN_SEND, NULL, 0};
+  assert_int_equal(iof_chan_try_select(cs, 1), -EINVAL);
+  cs[0] = (iof_chan_case){ch, IOF_CHAN_SEND, &v, 0};
+  assert_int_equal(iof_chan_try_select(cs, 1), -EAGAIN); /* full */
+  assert_int_equal(iof_chan_select_until(cs, 1, INT64_MIN), -ETIMEDOUT);
+  /* The same channel in many cases. */
+  for (size_t i = 0; i < IOF_CHAN_SELECT_MAX; i++)
+    cs[i] = (iof_chan_case){ch, IOF_CHAN_RECV, NULL, 0};
+  assert_true(iof_chan_try_select(cs, IOF_CHAN_SELECT_MAX) >= 0);
+  assert_int_equal(iof_chan_len(ch), 0);
+
+  assert_int_equal(iof_chan_close(ch), 0);
+  assert_int_equal(iof_chan_close(ch), -EPIPE);
+  assert_int_equal(iof_chan_send(ch, &v), -EPIPE);
+  assert_int_equal(iof_chan_recv(ch, &v), -EPIPE);
+  assert_int_equal(iof_chan_destroy(ch), 0);
+
+  /* Signals only, an absurd capacity: no allocation for the buffer. */
+  ch = iof_chan_create(0, SIZE_MAX);
+  if (ch) {
+    for (int i = 0; i < 100; i++)
+      assert_int_equal(iof_chan_try_send(ch, NULL), 0);
+    assert_int_equal(iof_chan_len(ch), 100);
+    for (int i = 0; i < 100; i++)
+      assert_int_equal(iof_chan_try_recv(ch, NULL), 0);
+    assert_int_equal(iof_chan_try_recv(ch, NULL), -EAGAIN);
+    assert_int_equal(iof_chan_destroy(ch), 0);
+  } else {
+    assert_int_equal(errno, EINVAL);
+  }
+}
+
+/* ---- when_all / when_any ---------------------------------------------- */
+
+static int when_inside(void *arg) {
+  (void)arg;
+  iof_fn fns[2] = {ret0, NULL};
+  int w = 99;
+  CHECK_EQ(iof_when_all(0, NULL, NULL, NULL), 0);
+  CHECK_EQ(iof_when_all(1, NULL, NULL, NULL), -EINVAL);
+  CHECK_EQ(iof_when_all(2, fns, NULL, NULL), -EINVAL);
+  CHECK_EQ(iof_when_any(0, fns, NULL, &w), -EINVAL);
+  CHECK_EQ(w, -1);
+  CHECK_EQ(iof_when_any(1, NULL, NULL, &w), -EINVAL);
+  CHECK_EQ(iof_when_any((size_t)INT_MAX + 1, fns, NULL, &w), -EINVAL);
+  CHECK_EQ(iof_when_any(2, fns, NULL, NULL), -EINVAL);
+  CHECK_EQ(iof_when_all(1, fns, NULL, NULL), 0);
+  CHECK_EQ(iof_when_any(1, fns, NULL, &w), 0);
+  CHECK_EQ(w, 0);
+  return 0;
+}
+
+/* A select sending and receiving on the same unbuffered channel must not
+ * rendezvous with itself. */
+static int self_select_fn(void *arg) {
+  (void)arg;
+  iof_chan *ch = iof_chan_create(sizeof(int), 0);
+  int v = 7, out = 0;
+  iof_chan_case cs[2] = {{ch, IOF_CHAN_SEND, &v, 0},
+                         {ch, IOF_CHAN_RECV, &out, 0}};
+  CHECK_EQ(iof_chan_try_select(cs, 2), -EAGAIN);
+  CHECK_EQ(iof_chan_select_until(cs, 2, iof_deadline_after(20000000)),
+           -ETIMEDOUT);
+  CHECK_EQ(out, 0);
+  CHECK_EQ(iof_chan_len(ch), 0);
+  CHECK_EQ(iof_chan_destroy(ch), 0);
+  return 0;
+}
+
+static void select_never_matches_itself(void **state) {
+  (void)state;
+  assert_int_equal(self_select_fn(NULL), 0); /* a plain thread */
+  assert_int_equal(atomic_load(&failures), 0);
+  in_fiber(self_select_fn, NULL);
+}
+
+static void when_bad_arguments(void **state) {
+  (void)state;
+  iof_fn fns[1] = {ret0};
+  int w = 5;
+  assert_int_equal(iof_when_all(1, fns, NULL, NULL), -EPERM);
+  assert_int_equal(iof_when_any(1, fns, NULL, &w), -EPERM);
+  assert_int_equal(w, -1);
+  in_fiber(when_inside, NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(executor_and_context_bad_arguments, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(user_executor_without_slots, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(stop_bad_arguments, reset, disarm),
+      cmocka_unit_test_setup_teardown(stop_double_register_is_ebusy, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(stop_callbacks_reentering, reset, disarm),
+      cmocka_unit_test_setup_teardown(launch_bad_arguments, reset, disarm),
+      cmocka_unit_test_setup_teardown(launch_misuse_inside_fiber, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(fiber_walk_misuse, reset, disarm),
+      cmocka_unit_test_setup_teardown(strand_and_pool_bad_arguments, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(pool_calls_from_its_own_thread, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(pool_launch_after_stop, reset, disarm),
+      cmocka_unit_test_setup_teardown(sync_null_arguments, reset, disarm),
+      cmocka_unit_test_setup_teardown(sync_misuse_from_a_thread, reset, disarm),
+      cmocka_unit_test_setup_teardown(sync_misuse_from_a_fiber, reset, disarm),
+      cmocka_unit_test_setup_teardown(destroy_with_waiters_is_ebusy, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(chan_bad_arguments, reset, disarm),
+      cmocka_unit_test_setup_teardown(select_never_matches_itself, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(when_bad_arguments, reset, disarm),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
