@@ -31,6 +31,9 @@ struct iof__cthread {
   iof__waitq joiner;
 };
 
+/* What a never-joined thread keeps (documented in docs/porting.md). */
+_Static_assert(sizeof(struct iof__cthread) <= 80, "join record size");
+
 static atomic_long live_threads;
 static void (*_Atomic idle_hook)(void);
 
@@ -46,7 +49,7 @@ static int thread_main(void *p) {
   iof__cthread *t = p;
   jmp_buf jb;
   iof__lk_lock(&t->lk);
-  t->fiber = iof__sync_fiber();
+  t->fiber = iof__cthr_fiber();
   iof__lk_unlock(&t->lk);
   t->exit_to = &jb;
   if (!setjmp(jb)) t->ret = t->fn(t->arg);
@@ -59,7 +62,7 @@ static int thread_main(void *p) {
 
 /* The record of the fiber thread running here, or NULL. */
 static iof__cthread *self_record(void) {
-  iof_fiber *f = iof__sync_fiber();
+  iof_fiber *f = iof__cthr_fiber();
   if (!f) return NULL;
   iof_chain *c = f->sched;
   return c && c->fn == thread_main ? c->arg : NULL;
@@ -126,7 +129,7 @@ static size_t plain_default_stack(void) {
 
 int iof_compat_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                               void *(*fn)(void *), void *arg) {
-  iof_fiber *self = iof__sync_fiber();
+  iof_fiber *self = iof__cthr_fiber();
   if (!self) return iof__libc.pthread_create(thread, attr, fn, arg);
   if (!thread || !fn) return EINVAL;
   size_t stack = iof__compat_thread_stack();
@@ -224,8 +227,8 @@ void iof_compat_pthread_exit(void *retval) {
     t->ret = retval;
     longjmp(*t->exit_to, 1);
   }
-  iof_thread_state *th = iof__thread();
-  if (th->current == &th->root) iof__libc.pthread_exit(retval);
+  iof_thread_state *th = iof__thread_peek();
+  if (!th || th->current == &th->root) iof__libc.pthread_exit(retval);
   /* A fiber that is no fiber thread has no thread to end, and
    * pthread_exit cannot return. */
   fputs("iofiber: pthread_exit called in a fiber that pthread_create did "

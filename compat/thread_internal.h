@@ -16,6 +16,20 @@
 #include "fiber/libc.h"
 #include "sched/sync_internal.h"
 
+/* The launched fiber running here, or NULL. Unlike iof__sync_fiber it
+ * never sets up fiber state for a thread that has none (under the preload
+ * hook every lock of every thread comes here). */
+static inline iof_fiber *iof__cthr_fiber(void) {
+  iof_thread_state *th = iof__thread_peek();
+  if (!th) return NULL;
+  iof_fiber *f = th->current;
+  return f != &th->root && f->env ? f : NULL;
+}
+
+/* Who owns a lock: the running fiber, or outside fibers a per-thread
+ * token (not the thread's fiber state, which it need not have). */
+IOF_HIDDEN void *iof__cthr_self(void);
+
 /* A wait record plus the futex word a plain thread parks on. Every wait
  * of compat's primitives uses one, so a waker finds the word from the
  * iof__wait a queue node points to. */

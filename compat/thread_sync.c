@@ -25,13 +25,21 @@ static bool futex_wait(atomic_int *a, int val, const struct timespec *abs) {
   return !(r < 0 && errno == ETIMEDOUT);
 }
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
 void iof__lk_lock(atomic_int *l) {
   int c = 0;
   if (atomic_compare_exchange_strong_explicit(l, &c, 1, memory_order_acquire,
                                               memory_order_relaxed))
     return;
   for (int i = 0; i < 64; i++) {
-    __builtin_ia32_pause();
+    cpu_relax();
     c = 0;
     if (atomic_load_explicit(l, memory_order_relaxed) == 0 &&
         atomic_compare_exchange_weak_explicit(l, &c, 1, memory_order_acquire,
@@ -55,6 +63,15 @@ void iof__lk_unlock(atomic_int *l) {
   }
 }
 
+static __thread char self_token __attribute__((tls_model("initial-exec")));
+
+/* noinline: a TLS address must not be reused across a fiber switch. */
+__attribute__((noinline)) void *iof__cthr_self(void) {
+  iof_thread_state *th = iof__thread_peek();
+  if (th && th->current != &th->root) return th->current;
+  return &self_token;
+}
+
 void iof__cwait_wake(iof__wait *w) {
   if (w->fiber) {
     iof__wait_wake(w);
@@ -73,7 +90,7 @@ void iof__cwait_wake(iof__wait *w) {
 int iof__cwait_block(void *op, iof__wait_begin begin, iof__cwait *cw,
                      int64_t deadline_ns) {
   int e = errno;
-  if (iof__sync_fiber()) {
+  if (iof__cthr_fiber()) {
     int r = iof__wait_block(op, begin, &cw->w, deadline_ns, 0);
     errno = e;
     return r;
@@ -145,7 +162,7 @@ int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
 typedef struct cmutex {
   atomic_int lk;       /* the queue's lock */
   unsigned depth;      /* the owner's recursion depth */
-  void *_Atomic owner; /* iof__sync_self() of the owner */
+  void *_Atomic owner; /* iof__cthr_self() of the owner */
   int kind;            /* glibc's __kind, set by its static initializers */
   atomic_int state;    /* 0 free, 1 locked, 2 locked and maybe waiters */
   iof__waitq q;
@@ -290,7 +307,7 @@ static int mutex_lock(pthread_mutex_t *pm, clockid_t clock,
                       const struct timespec *abs, bool timed) {
   if (!pm) return EINVAL;
   cmutex *m = CM(pm);
-  void *self = iof__sync_self();
+  void *self = iof__cthr_self();
   if (atomic_load_explicit(&m->owner, memory_order_relaxed) == self) {
     if (mkind(m) != K_RECURSIVE) return EDEADLK;
     if (m->depth == UINT_MAX) return EAGAIN;
@@ -323,7 +340,7 @@ int iof_compat_pthread_mutex_clocklock(pthread_mutex_t *pm, clockid_t clock,
 int iof_compat_pthread_mutex_trylock(pthread_mutex_t *pm) {
   if (!pm) return EINVAL;
   cmutex *m = CM(pm);
-  void *self = iof__sync_self();
+  void *self = iof__cthr_self();
   if (atomic_load_explicit(&m->owner, memory_order_relaxed) == self &&
       mkind(m) == K_RECURSIVE) {
     if (m->depth == UINT_MAX) return EAGAIN;
@@ -341,7 +358,7 @@ int iof_compat_pthread_mutex_unlock(pthread_mutex_t *pm) {
   /* A normal mutex may be unlocked by another thread than the owner, as
    * glibc lets it be (some programs use one as a binary semaphore). */
   if (kind != K_NORMAL &&
-      atomic_load_explicit(&m->owner, memory_order_relaxed) != iof__sync_self())
+      atomic_load_explicit(&m->owner, memory_order_relaxed) != iof__cthr_self())
     return EPERM;
   if (kind == K_RECURSIVE && m->depth > 1) {
     m->depth--;
@@ -425,7 +442,7 @@ static int cond_wait(pthread_cond_t *pc, pthread_mutex_t *pm, clockid_t clock,
   if (!pc || !pm) return EINVAL;
   ccond *c = CC(pc);
   cmutex *m = CM(pm);
-  void *self = iof__sync_self();
+  void *self = iof__cthr_self();
   if (atomic_load_explicit(&m->owner, memory_order_relaxed) != self)
     return EPERM;
   int64_t deadline = -1;
@@ -574,7 +591,7 @@ static int rw_lock(pthread_rwlock_t *prw, bool write, bool try,
                    const struct timespec *abs, bool timed) {
   if (!prw) return EINVAL;
   crwlock *rw = CRW(prw);
-  void *self = iof__sync_self();
+  void *self = iof__cthr_self();
   iof__lk_lock(&rw->lk);
   int r = rw_take(rw, write, self);
   iof__lk_unlock(&rw->lk);
@@ -657,7 +674,7 @@ static iof__wnode *rw_grant(crwlock *rw) {
 int iof_compat_pthread_rwlock_unlock(pthread_rwlock_t *prw) {
   if (!prw) return EINVAL;
   crwlock *rw = CRW(prw);
-  void *self = iof__sync_self();
+  void *self = iof__cthr_self();
   iof__lk_lock(&rw->lk);
   if (rw->writer == self)
     rw->writer = NULL;

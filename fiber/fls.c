@@ -65,7 +65,9 @@ int iof_fls_key_delete(iof_fls_key key) {
 
 void *iof_fls_get(iof_fls_key key) {
   if (!live(key)) return NULL;
-  fls_table *t = iof__thread()->current->fls;
+  /* A thread without fiber state has set nothing: do not create it. */
+  iof_thread_state *th = iof__thread_peek();
+  fls_table *t = th ? th->current->fls : NULL;
   return t && key.index < t->cap && t->s[key.index].gen == key.gen
              ? t->s[key.index].val
              : NULL;

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 
 IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
@@ -215,6 +216,36 @@ static void test_mutex_timed_thread(void **state) {
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, timed_plain, &m), 0);
   assert_int_equal(iof_main(hold_main, &m), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_no_failures();
+}
+
+/* A plain thread using the locks gets no fiber state (the runtime's
+ * per-thread setup includes an alternate signal stack: a program that
+ * only locks mutexes under the preload hook must not get one). */
+static void *plain_locker(void *arg) {
+  (void)arg;
+  pthread_mutex_t m = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+  pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+  CHECK(iof_compat_pthread_mutex_lock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&m) == EDEADLK);
+  struct timespec ts = abs_in(CLOCK_REALTIME, 5);
+  CHECK(iof_compat_pthread_cond_timedwait(&c, &m, &ts) == ETIMEDOUT);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  pthread_key_t k;
+  CHECK(iof_compat_pthread_key_create(&k, NULL) == 0);
+  CHECK(iof_compat_pthread_getspecific(k) == NULL);
+  CHECK(iof_compat_pthread_key_delete(k) == 0);
+  CHECK(((uintptr_t)iof_compat_pthread_self() & 1) == 0);
+  stack_t cur;
+  CHECK(sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_DISABLE));
+  return NULL;
+}
+
+static void test_plain_thread_stays_plain(void **state) {
+  (void)state;
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, plain_locker, NULL), 0);
   assert_int_equal(pthread_join(t, NULL), 0);
   assert_no_failures();
 }
@@ -518,6 +549,77 @@ static void test_keys(void **state) {
   atomic_store(&dtor_calls, 0);
   assert_int_equal(iof_main(key_main, NULL), 0);
   assert_int_equal(atomic_load(&dtor_sum), (long)NFIB * (NFIB + 1) / 2);
+  assert_no_failures();
+}
+
+/* rwlock, once and keys shared by real threads and fiber threads at once
+ * (IOF_TEST_THREADED). */
+static pthread_rwlock_t mrw = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_once_t monce = PTHREAD_ONCE_INIT;
+static atomic_int monce_runs, mwriters, mreaders;
+static long mvalue;
+static pthread_key_t mkey;
+static atomic_int mkey_dtors;
+
+static void monce_init(void) {
+  atomic_fetch_add(&monce_runs, 1);
+  usleep(20 * 1000); /* others (fibers and threads) pile up meanwhile */
+}
+
+static void mkey_dtor(void *v) {
+  (void)v;
+  atomic_fetch_add(&mkey_dtors, 1);
+}
+
+static void *mixed_worker(void *arg) {
+  intptr_t id = (intptr_t)arg;
+  CHECK(iof_compat_pthread_once(&monce, monce_init) == 0);
+  CHECK(atomic_load(&monce_runs) == 1);
+  CHECK(iof_compat_pthread_setspecific(mkey, (void *)(id + 1)) == 0);
+  for (int i = 0; i < 200; i++) {
+    if (i % 4 == 0) {
+      CHECK(iof_compat_pthread_rwlock_wrlock(&mrw) == 0);
+      CHECK(atomic_fetch_add(&mwriters, 1) == 0);
+      CHECK(atomic_load(&mreaders) == 0);
+      mvalue++;
+      atomic_fetch_sub(&mwriters, 1);
+    } else {
+      CHECK(iof_compat_pthread_rwlock_rdlock(&mrw) == 0);
+      atomic_fetch_add(&mreaders, 1);
+      CHECK(atomic_load(&mwriters) == 0);
+      atomic_fetch_sub(&mreaders, 1);
+    }
+    CHECK(iof_compat_pthread_rwlock_unlock(&mrw) == 0);
+    if (iof_compat_pthread_self() & 1) iof_yield();
+    CHECK(iof_compat_pthread_getspecific(mkey) == (void *)(id + 1));
+  }
+  return NULL;
+}
+
+static int mixed_sync_main(void *arg) {
+  pthread_t *plain = arg;
+  pthread_t t[100];
+  for (intptr_t i = 0; i < 100; i++)
+    CHECK(iof_compat_pthread_create(&t[i], NULL, mixed_worker,
+                                    (void *)(i + 10)) == 0);
+  for (int i = 0; i < 100; i++) CHECK(iof_compat_pthread_join(t[i], NULL) == 0);
+  for (int i = 0; i < 3; i++) CHECK(pthread_join(plain[i], NULL) == 0);
+  return 0;
+}
+
+static void test_rwlock_once_keys_mixed(void **state) {
+  (void)state;
+  assert_int_equal(iof_compat_pthread_key_create(&mkey, mkey_dtor), 0);
+  pthread_t plain[3];
+  for (intptr_t i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&plain[i], NULL, mixed_worker, (void *)i),
+                     0);
+  assert_int_equal(iof_main(mixed_sync_main, plain), 0);
+  assert_int_equal(atomic_load(&monce_runs), 1);
+  assert_int_equal(mvalue, 103 * 50);
+  /* every fiber thread and every real thread ran its destructor */
+  assert_int_equal(atomic_load(&mkey_dtors), 103);
+  assert_int_equal(iof_compat_pthread_key_delete(mkey), 0);
   assert_no_failures();
 }
 
@@ -905,6 +1007,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_mutex_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mutex_timed_thread, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_plain_thread_stays_plain, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_cond_broadcast_1000, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_cond_fiber_and_thread, setup,
@@ -913,6 +1017,8 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_rwlock, setup, teardown),
       cmocka_unit_test_setup_teardown(test_once_1000, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rwlock_once_keys_mixed, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unjoined_threads_free_stacks, setup,
