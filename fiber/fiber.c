@@ -41,6 +41,11 @@ static void make_thread_key(void) {
 }
 
 static __attribute__((noinline)) void thread_init(iof_thread_state *th) {
+  /* A library constructor that runs before libiofiber's own (it does not
+   * depend on us) may reach the runtime through the hook, e.g. a pthread
+   * call routed to compat: the libc table must be filled before its first
+   * use, and every compat path comes through here first on a thread. */
+  iof__libc_init();
   th->root.state = IOF_FS_RUNNING;
   th->current = &th->root;
 #ifdef IOF_TSAN

@@ -111,7 +111,7 @@ static void shutdown_rs(iof_service *svc) {
   int started = rs->started;
   pthread_mutex_unlock(&rs->lock);
   for (int i = 0; i < started; i++)
-    iof__libc.pthread_join(rs->threads[i], NULL);
+    pthread_join(rs->threads[i], NULL);
   rs->started = 0;
 }
 
@@ -147,7 +147,7 @@ static int arm(iof_wait *w) {
   int max = iof__resolver_max_threads;
   if (max < 1 || max > MAX_WORKERS) max = MAX_WORKERS;
   if (rs->idle <= queued && rs->started < max) {
-    if (iof__libc.pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
+    if (pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
         0)
       rs->started++;
     else if (!rs->started) {

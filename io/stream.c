@@ -18,7 +18,7 @@ ssize_t iof_stream_write_some(iof_stream *s, const void *buf, size_t len) {
 }
 
 int iof_stream_close(iof_stream *s) {
-  return s && s->vtbl ? s->vtbl->close(s) : -EINVAL;
+  return s && s->vtbl ? (s->vtbl->close)(s) : -EINVAL;
 }
 
 int iof_stream_set_deadline(iof_stream *s, int which, int64_t deadline_ns) {

@@ -43,7 +43,7 @@ void iof_execution_context_shutdown(iof_execution_context *ctx) {
   iof_service *list = ctx->services;
   pthread_mutex_unlock(&ctx->lock);
   for (iof_service *s = list; s; s = s->next)
-    if (s->key->shutdown) s->key->shutdown(s);
+    if (s->key->shutdown) (s->key->shutdown)(s);
 }
 
 void iof_execution_context_destroy(iof_execution_context *ctx) {

@@ -33,8 +33,12 @@ static iof_fiber *launched_self(void) {
 }
 
 const iof_env *iof_env_current(void) {
-  iof_fiber *f = iof_fiber_current();
-  return f ? f->env : NULL;
+  /* Peeks: a thread the runtime never saw is outside fibers, and this must
+   * stay callable from libiofiber-hook before constructors, in signal
+   * handlers and in foreign threads (no lazy thread setup there). */
+  iof_thread_state *th = iof__thread_peek();
+  if (!th || th->current == &th->root) return NULL;
+  return th->current->env;
 }
 
 bool iof__env_stopping(const iof_env *env) {

@@ -17,6 +17,8 @@ PACKAGES=(
   libev-dev
   libcmocka-dev
   valgrind
+  curl
+  libcurl4-openssl-dev
 )
 if [[ "${1:-}" == "--bench" ]]; then
   PACKAGES+=(libuv1-dev libst-dev wrk gnuplot-nox)

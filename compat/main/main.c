@@ -3,6 +3,7 @@
  * iof_main, and exits with its status. Kept out of libiofiber so that
  * linking the core library never brings a main in. */
 #include <iofiber/compat_thread.h>
+#include <iofiber/env.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +29,9 @@ static int run_user_main(void *p) {
 }
 
 int main(int argc, char **argv) {
+  /* Already a fiber: iofiber-run's hook took over main before us (it runs
+   * main through iof_main, which would refuse a second one). */
+  if (iof_env_current()) return iof_compat_user_main(argc, argv, environ);
   user_call c = {argc, argv, 0, 0};
   int r = iof_main(run_user_main, &c);
   if (r < 0 && !c.ran) {

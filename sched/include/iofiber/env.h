@@ -20,7 +20,7 @@ typedef struct iof_env {
 
 /* The running fiber's env (stable for the chain's life, or the one
  * iof_run built for the current call); NULL outside fibers launched by
- * iof_run_async. Never suspends. */
+ * iof_run_async. Never suspends, allocates or locks; async-signal-safe. */
 IOF_API const iof_env *iof_env_current(void);
 
 /* Exactly what iof_set_current_frame_allocator stored on this thread (NULL

@@ -1,0 +1,719 @@
+/* libiofiber-hook: interposes the blocking libc calls (and the pthread
+ * calls) for the whole process and forwards those made by a launched fiber
+ * to compat (iof_compat_<name>); every other caller gets libc itself.
+ *
+ * Why each routing rule (the table's kinds):
+ * - IO: calls that wait (read, poll, connect, sleep, getaddrinfo...) go to
+ *   compat only from a launched fiber (iof_env_current() != NULL, which
+ *   never sets anything up and is safe before constructors and in foreign
+ *   threads).
+ * - FD: fd bookkeeping (socket, pipe, accept, close, dup*, fcntl, ioctl,
+ *   setsockopt) goes to compat from every caller once the runtime is up, so
+ *   a close anywhere wakes the fibers waiting on that fd.
+ * - OBJ: pthread object calls (mutex, cond, rwlock, barrier, once, keys)
+ *   and sem_* always go to compat: it implements those objects in place,
+ *   so libc must never see one of them, whoever the caller is.
+ * - TID and join/detach: a fiber "thread" id (odd pthread_t) goes to
+ *   compat from anywhere; pthread_create/self/exit only from fibers.
+ * - CNT: calls with no fiber version, interposed only to be counted.
+ * - The pass-through pointers are resolved lazily with dlsym(RTLD_NEXT), so
+ *   they work before any constructor ran (glibc's dlsym may allocate but
+ *   never calls an interposed function).
+ * - A child forked from a fiber steps the hook aside (all pass-through):
+ *   the child's copy of the event loop shares its epoll set with the parent,
+ *   so fiber waits there are meaningless; such a child should exec or exit.
+ *
+ * compat's shims are weak references: a shim compat does not provide makes
+ * its interposer a plain pass-through (counted as "blocked the thread" when
+ * a fiber calls it). */
+#undef _FORTIFY_SOURCE
+#include "compat/hook/hook_internal.h"
+#include <iofiber/hook.h>
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <iofiber/compat_io.h>
+#include <iofiber/compat_thread.h>
+#include <iofiber/env.h>
+
+/* ---- the table -------------------------------------------------------- */
+
+/* X(kind, ret, name, (typed params), (argument names)); kinds as above.
+ * Variadic and void calls are written by hand. */
+#define HOOK_CALLS(X)                                                          \
+  X(FD, int, socket, (int d, int t, int p), (d, t, p))                         \
+  X(FD, int, socketpair, (int d, int t, int p, int sv[2]), (d, t, p, sv))      \
+  X(FD, int, pipe, (int fds[2]), (fds))                                        \
+  X(FD, int, pipe2, (int fds[2], int fl), (fds, fl))                           \
+  X(FD, int, accept, (int fd, struct sockaddr *a, socklen_t *l), (fd, a, l))   \
+  X(FD, int, accept4, (int fd, struct sockaddr *a, socklen_t *l, int fl),      \
+    (fd, a, l, fl))                                                            \
+  X(IO, int, connect, (int fd, const struct sockaddr *a, socklen_t l),         \
+    (fd, a, l))                                                                \
+  X(IO, ssize_t, read, (int fd, void *b, size_t n), (fd, b, n))                \
+  X(IO, ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n))         \
+  X(IO, ssize_t, readv, (int fd, const struct iovec *v, int n), (fd, v, n))    \
+  X(IO, ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n))   \
+  X(IO, ssize_t, recv, (int fd, void *b, size_t n, int fl), (fd, b, n, fl))    \
+  X(IO, ssize_t, send, (int fd, const void *b, size_t n, int fl),              \
+    (fd, b, n, fl))                                                            \
+  X(IO, ssize_t, recvfrom,                                                     \
+    (int fd, void *b, size_t n, int fl, struct sockaddr *a, socklen_t *l),     \
+    (fd, b, n, fl, a, l))                                                      \
+  X(IO, ssize_t, sendto,                                                       \
+    (int fd, const void *b, size_t n, int fl, const struct sockaddr *a,        \
+     socklen_t l),                                                             \
+    (fd, b, n, fl, a, l))                                                      \
+  X(IO, ssize_t, recvmsg, (int fd, struct msghdr *m, int fl), (fd, m, fl))     \
+  X(IO, ssize_t, sendmsg, (int fd, const struct msghdr *m, int fl),            \
+    (fd, m, fl))                                                               \
+  X(IO, int, poll, (struct pollfd * p, nfds_t n, int t), (p, n, t))            \
+  X(IO, int, ppoll,                                                            \
+    (struct pollfd * p, nfds_t n, const struct timespec *t,                    \
+     const sigset_t *s),                                                       \
+    (p, n, t, s))                                                              \
+  X(IO, int, select,                                                           \
+    (int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *t),               \
+    (n, r, w, e, t))                                                           \
+  X(IO, int, pselect,                                                          \
+    (int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *t,         \
+     const sigset_t *s),                                                       \
+    (n, r, w, e, t, s))                                                        \
+  X(IO, int, epoll_wait, (int fd, struct epoll_event *e, int n, int t),        \
+    (fd, e, n, t))                                                             \
+  X(IO, int, epoll_pwait,                                                      \
+    (int fd, struct epoll_event *e, int n, int t, const sigset_t *s),          \
+    (fd, e, n, t, s))                                                          \
+  X(IO, unsigned, sleep, (unsigned s), (s))                                    \
+  X(IO, int, usleep, (useconds_t u), (u))                                      \
+  X(IO, int, nanosleep, (const struct timespec *r, struct timespec *m),        \
+    (r, m))                                                                    \
+  X(IO, int, clock_nanosleep,                                                  \
+    (clockid_t c, int fl, const struct timespec *r, struct timespec *m),       \
+    (c, fl, r, m))                                                             \
+  X(FD, int, close, (int fd), (fd))                                            \
+  X(FD, int, dup, (int fd), (fd))                                              \
+  X(FD, int, dup2, (int a, int b), (a, b))                                     \
+  X(FD, int, dup3, (int a, int b, int fl), (a, b, fl))                         \
+  X(FD, int, setsockopt, (int fd, int lv, int nm, const void *v, socklen_t l), \
+    (fd, lv, nm, v, l))                                                        \
+  X(IO, int, getsockopt, (int fd, int lv, int nm, void *v, socklen_t *l),      \
+    (fd, lv, nm, v, l))                                                        \
+  X(IO, int, shutdown, (int fd, int how), (fd, how))                           \
+  X(IO, int, getaddrinfo,                                                      \
+    (const char *n, const char *s, const struct addrinfo *h,                   \
+     struct addrinfo **r),                                                     \
+    (n, s, h, r))                                                              \
+  X(IO, struct hostent *, gethostbyname, (const char *n), (n))                 \
+  X(IO, int, gethostbyname_r,                                                  \
+    (const char *n, struct hostent *h, char *b, size_t l, struct hostent **r,  \
+     int *e),                                                                  \
+    (n, h, b, l, r, e))                                                        \
+  X(IO, int, sched_yield, (void), ())                                          \
+  X(TID, int, pthread_setname_np, (pthread_t t, const char *n), (t, n))        \
+  X(TID, int, pthread_getname_np, (pthread_t t, char *b, size_t l), (t, b, l)) \
+  X(TID, int, pthread_getattr_np, (pthread_t t, pthread_attr_t * a), (t, a))   \
+  X(TID, int, pthread_kill, (pthread_t t, int sig), (t, sig))                  \
+  X(TID, int, pthread_cancel, (pthread_t t), (t))                              \
+  X(OBJ, int, pthread_once, (pthread_once_t * o, void (*f)(void)), (o, f))     \
+  X(OBJ, int, pthread_mutex_init,                                              \
+    (pthread_mutex_t * m, const pthread_mutexattr_t *a), (m, a))               \
+  X(OBJ, int, pthread_mutex_destroy, (pthread_mutex_t * m), (m))               \
+  X(OBJ, int, pthread_mutex_lock, (pthread_mutex_t * m), (m))                  \
+  X(OBJ, int, pthread_mutex_trylock, (pthread_mutex_t * m), (m))               \
+  X(OBJ, int, pthread_mutex_timedlock,                                         \
+    (pthread_mutex_t * m, const struct timespec *t), (m, t))                   \
+  X(OBJ, int, pthread_mutex_clocklock,                                         \
+    (pthread_mutex_t * m, clockid_t k, const struct timespec *t), (m, k, t))   \
+  X(OBJ, int, pthread_mutex_unlock, (pthread_mutex_t * m), (m))                \
+  X(OBJ, int, pthread_cond_init,                                               \
+    (pthread_cond_t * c, const pthread_condattr_t *a), (c, a))                 \
+  X(OBJ, int, pthread_cond_destroy, (pthread_cond_t * c), (c))                 \
+  X(OBJ, int, pthread_cond_wait, (pthread_cond_t * c, pthread_mutex_t * m),    \
+    (c, m))                                                                    \
+  X(OBJ, int, pthread_cond_timedwait,                                          \
+    (pthread_cond_t * c, pthread_mutex_t * m, const struct timespec *t),       \
+    (c, m, t))                                                                 \
+  X(OBJ, int, pthread_cond_clockwait,                                          \
+    (pthread_cond_t * c, pthread_mutex_t * m, clockid_t k,                     \
+     const struct timespec *t),                                                \
+    (c, m, k, t))                                                              \
+  X(OBJ, int, pthread_barrier_init,                                            \
+    (pthread_barrier_t * b, const pthread_barrierattr_t *a, unsigned n),       \
+    (b, a, n))                                                                 \
+  X(OBJ, int, pthread_barrier_destroy, (pthread_barrier_t * b), (b))           \
+  X(OBJ, int, pthread_barrier_wait, (pthread_barrier_t * b), (b))              \
+  X(OBJ, int, pthread_cond_signal, (pthread_cond_t * c), (c))                  \
+  X(OBJ, int, pthread_cond_broadcast, (pthread_cond_t * c), (c))               \
+  X(OBJ, int, pthread_rwlock_init,                                             \
+    (pthread_rwlock_t * l, const pthread_rwlockattr_t *a), (l, a))             \
+  X(OBJ, int, pthread_rwlock_destroy, (pthread_rwlock_t * l), (l))             \
+  X(OBJ, int, pthread_rwlock_rdlock, (pthread_rwlock_t * l), (l))              \
+  X(OBJ, int, pthread_rwlock_tryrdlock, (pthread_rwlock_t * l), (l))           \
+  X(OBJ, int, pthread_rwlock_timedrdlock,                                      \
+    (pthread_rwlock_t * l, const struct timespec *t), (l, t))                  \
+  X(OBJ, int, pthread_rwlock_wrlock, (pthread_rwlock_t * l), (l))              \
+  X(OBJ, int, pthread_rwlock_trywrlock, (pthread_rwlock_t * l), (l))           \
+  X(OBJ, int, pthread_rwlock_timedwrlock,                                      \
+    (pthread_rwlock_t * l, const struct timespec *t), (l, t))                  \
+  X(OBJ, int, pthread_rwlock_unlock, (pthread_rwlock_t * l), (l))              \
+  X(OBJ, int, pthread_key_create, (pthread_key_t * k, void (*d)(void *)),      \
+    (k, d))                                                                    \
+  X(OBJ, int, pthread_key_delete, (pthread_key_t k), (k))                      \
+  X(OBJ, void *, pthread_getspecific, (pthread_key_t k), (k))                  \
+  X(OBJ, int, pthread_setspecific, (pthread_key_t k, const void *v), (k, v))   \
+  X(OBJ, int, sem_init, (sem_t * s, int p, unsigned v), (s, p, v))             \
+  X(OBJ, int, sem_destroy, (sem_t * s), (s))                                   \
+  X(OBJ, int, sem_wait, (sem_t * s), (s))                                      \
+  X(OBJ, int, sem_trywait, (sem_t * s), (s))                                   \
+  X(OBJ, int, sem_timedwait, (sem_t * s, const struct timespec *t), (s, t))    \
+  X(OBJ, int, sem_clockwait,                                                   \
+    (sem_t * s, clockid_t k, const struct timespec *t), (s, k, t))             \
+  X(OBJ, int, sem_post, (sem_t * s), (s))                                      \
+  X(OBJ, int, sem_getvalue, (sem_t * s, int *v), (s, v))                       \
+  X(CNT, ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o))  \
+  X(CNT, ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o),          \
+    (fd, b, n, o))                                                             \
+  X(CNT, ssize_t, pread64, (int fd, void *b, size_t n, off64_t o),             \
+    (fd, b, n, o))                                                             \
+  X(CNT, ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o),      \
+    (fd, b, n, o))                                                             \
+  X(CNT, pid_t, waitpid, (pid_t p, int *s, int o), (p, s, o))                  \
+  X(CNT, pid_t, wait, (int *s), (s))                                           \
+  X(CNT, int, waitid, (idtype_t t, id_t i, siginfo_t * s, int o),              \
+    (t, i, s, o))                                                              \
+  X(CNT, int, flock, (int fd, int op), (fd, op))                               \
+  X(CNT, int, fsync, (int fd), (fd))                                           \
+  X(CNT, int, fdatasync, (int fd), (fd))                                       \
+  X(CNT, int, sigwait, (const sigset_t *s, int *n), (s, n))                    \
+  X(CNT, int, sigsuspend, (const sigset_t *s), (s))                            \
+  X(CNT, int, pause, (void), ())
+
+/* Calls written by hand, for the index and the counters. */
+#define HOOK_EXTRA(Y)                                                          \
+  Y(fcntl)                                                                     \
+  Y(ioctl)                                                                     \
+  Y(freeaddrinfo)                                                              \
+  Y(fork)                                                                      \
+  Y(pthread_create)                                                            \
+  Y(pthread_join)                                                              \
+  Y(pthread_detach)                                                            \
+  Y(pthread_self)                                                              \
+  Y(pthread_equal)                                                             \
+  Y(pthread_exit)                                                              \
+  Y(system)                                                                    \
+  Y(popen)                                                                     \
+  Y(posix_spawn)                                                               \
+  Y(posix_spawnp)                                                              \
+  Y(sigaction)                                                                 \
+  Y(signal)
+
+enum {
+#define IDX(kind, ret, name, params, args) H_##name,
+#define IDX_EXTRA(name) H_##name,
+  HOOK_CALLS(IDX) HOOK_EXTRA(IDX_EXTRA)
+#undef IDX
+#undef IDX_EXTRA
+      H_COUNT
+};
+
+static const char *const names[H_COUNT] = {
+#define NAME(kind, ret, name, params, args) [H_##name] = #name,
+#define NAME_EXTRA(name) [H_##name] = #name,
+    HOOK_CALLS(NAME) HOOK_EXTRA(NAME_EXTRA)
+#undef NAME
+#undef NAME_EXTRA
+};
+
+/* compat's shims, weak: absent ones read as NULL. */
+#define WEAK_IO(ret, name, params) ret iof_compat_##name params IOF_HOOK_WEAK;
+#define WEAK(kind, ret, name, params, args) WEAK_##kind(ret, name, params)
+#define WEAK_OBJ WEAK_IO
+#define WEAK_FD WEAK_IO
+#define WEAK_TID WEAK_IO
+#define WEAK_CNT(ret, name, params)
+HOOK_CALLS(WEAK)
+#undef WEAK
+int iof_compat_fcntl(int fd, int cmd, ...) IOF_HOOK_WEAK;
+int iof_compat_ioctl(int fd, unsigned long req, ...) IOF_HOOK_WEAK;
+void iof_compat_freeaddrinfo(struct addrinfo *ai) IOF_HOOK_WEAK;
+pid_t iof_compat_fork(void) IOF_HOOK_WEAK;
+int iof_compat_pthread_create(pthread_t *t, const pthread_attr_t *a,
+                              void *(*fn)(void *), void *arg) IOF_HOOK_WEAK;
+int iof_compat_pthread_join(pthread_t t, void **r) IOF_HOOK_WEAK;
+int iof_compat_pthread_detach(pthread_t t) IOF_HOOK_WEAK;
+pthread_t iof_compat_pthread_self(void) IOF_HOOK_WEAK;
+int iof_compat_pthread_equal(pthread_t a, pthread_t b) IOF_HOOK_WEAK;
+void iof_compat_pthread_exit(void *r) IOF_HOOK_WEAK;
+
+/* ---- state ------------------------------------------------------------ */
+
+/* Set in a child forked from a fiber: everything passes through. */
+static volatile sig_atomic_t stepped_aside;
+/* IOF_HOOK_VERBOSE: count calls and report at exit. Read-mostly. */
+static bool verbose;
+
+enum { C_FIBER, C_BLOCKED, C_PLAIN, C_KINDS };
+static atomic_ulong counts[H_COUNT][C_KINDS];
+
+static inline void count(int call, int kind) {
+  if (__builtin_expect(verbose, 0))
+    atomic_fetch_add_explicit(&counts[call][kind], 1, memory_order_relaxed);
+}
+
+/* Depth of wrapped signal handlers running on this thread: a call made
+ * from a handler must stay a plain (async-signal-safe) syscall even when the
+ * handler interrupted a fiber. */
+static __thread int in_handler __attribute__((tls_model("initial-exec")));
+
+bool iof__hook_in_fiber(void) {
+  return !stepped_aside && !in_handler && iof_env_current() != NULL;
+}
+
+/* Set by our constructor, which runs after libiofiber's (we depend on it):
+ * from then on compat's tables are usable from any thread. */
+static bool runtime_ready;
+
+#define fd_bookkeeping_of(name)                                                \
+  (iof_compat_##name && runtime_ready && !stepped_aside && !in_handler)
+
+/* ---- libc's own entry points ------------------------------------------ */
+
+static void *_Atomic real_ptrs[H_COUNT];
+
+static void *real_sym(int call) {
+  void *p = atomic_load_explicit(&real_ptrs[call], memory_order_relaxed);
+  if (__builtin_expect(!p, 0)) {
+    p = dlsym(RTLD_NEXT, names[call]);
+    atomic_store_explicit(&real_ptrs[call], p, memory_order_relaxed);
+  }
+  return p;
+}
+
+#define REAL(name) ((__typeof__(&name))real_sym(H_##name))
+
+/* ---- generated interposers -------------------------------------------- */
+
+/* IO: compat from a fiber, libc otherwise. */
+#define DEF_IO(ret, name, params, args)                                        \
+  IOF_HOOK_API ret name params {                                               \
+    if (iof__hook_in_fiber()) {                                                \
+      if (iof_compat_##name) {                                                 \
+        count(H_##name, C_FIBER);                                              \
+        return iof_compat_##name args;                                         \
+      }                                                                        \
+      count(H_##name, C_BLOCKED);                                              \
+    } else {                                                                   \
+      count(H_##name, C_PLAIN);                                                \
+    }                                                                          \
+    return REAL(name) args;                                                    \
+  }
+
+/* OBJ: compat always (it owns the object's layout); libc only while compat
+ * lacks the whole family. */
+#define DEF_OBJ(ret, name, params, args)                                       \
+  IOF_HOOK_API ret name params {                                               \
+    bool hook_f_ = verbose && iof__hook_in_fiber();                            \
+    if (iof_compat_##name) {                                                   \
+      count(H_##name, hook_f_ ? C_FIBER : C_PLAIN);                            \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, hook_f_ ? C_BLOCKED : C_PLAIN);                            \
+    return REAL(name) args;                                                    \
+  }
+
+/* FD: fd bookkeeping (a new fd's record, close/dup waking waiters, the
+ * user's O_NONBLOCK and timeouts) must see every caller, fiber or not, or a
+ * reused fd number would meet a stale record. Plain only before the
+ * runtime's constructor ran, in handlers and in a stepped-aside child. */
+#define DEF_FD(ret, name, params, args)                                        \
+  IOF_HOOK_API ret name params {                                               \
+    if (fd_bookkeeping_of(name)) {                                             \
+      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    return REAL(name) args;                                                    \
+  }
+
+/* TID: calls on a thread id; a fiber thread's id (odd) means nothing to
+ * libc, which would dereference it. The first parameter is named t. */
+#define DEF_TID(ret, name, params, args)                                       \
+  IOF_HOOK_API ret name params {                                               \
+    if (((uintptr_t)t & 1) && iof_compat_##name) {                             \
+      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    return REAL(name) args;                                                    \
+  }
+
+/* CNT: no fiber version; a fiber calling it blocks its thread. */
+#define DEF_CNT(ret, name, params, args)                                       \
+  IOF_HOOK_API ret name params {                                               \
+    if (verbose) count(H_##name, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);  \
+    return REAL(name) args;                                                    \
+  }
+
+#define DEF(kind, ret, name, params, args) DEF_##kind(ret, name, params, args)
+HOOK_CALLS(DEF)
+#undef DEF
+
+/* ---- variadic and void calls ------------------------------------------ */
+
+/* fcntl's third argument is an int or a pointer; both travel in one
+ * integer register on every ABI glibc supports, as glibc itself assumes. */
+IOF_HOOK_API int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  uintptr_t arg = va_arg(ap, uintptr_t);
+  va_end(ap);
+  if (fd_bookkeeping_of(fcntl)) {
+    count(H_fcntl, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+    return iof_compat_fcntl(fd, cmd, arg);
+  }
+  count(H_fcntl, C_PLAIN);
+  return REAL(fcntl)(fd, cmd, arg);
+}
+
+/* With _FILE_OFFSET_BITS=64, glibc's headers call fcntl64. */
+IOF_HOOK_API int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  uintptr_t arg = va_arg(ap, uintptr_t);
+  va_end(ap);
+  return fcntl(fd, cmd, arg);
+}
+
+IOF_HOOK_API int ioctl(int fd, unsigned long req, ...) {
+  va_list ap;
+  va_start(ap, req);
+  uintptr_t arg = va_arg(ap, uintptr_t);
+  va_end(ap);
+  if (fd_bookkeeping_of(ioctl)) {
+    count(H_ioctl, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+    return iof_compat_ioctl(fd, req, arg);
+  }
+  count(H_ioctl, C_PLAIN);
+  return REAL(ioctl)(fd, req, arg);
+}
+
+/* A result from compat's getaddrinfo is freed by compat, wherever it is
+ * freed: routed always. */
+IOF_HOOK_API void freeaddrinfo(struct addrinfo *ai) {
+  if (iof_compat_freeaddrinfo && iof_compat_getaddrinfo) {
+    iof_compat_freeaddrinfo(ai);
+    return;
+  }
+  REAL(freeaddrinfo)(ai);
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+/* A fiber "thread" id is odd (compat's record | 1); a real one is even. */
+static inline bool fiber_tid(pthread_t t) {
+  return ((uintptr_t)t & 1) != 0;
+}
+
+IOF_HOOK_API int pthread_create(pthread_t *t, const pthread_attr_t *a,
+                                void *(*fn)(void *), void *arg) {
+  if (iof__hook_in_fiber() && iof_compat_pthread_create) {
+    count(H_pthread_create, C_FIBER);
+    return iof_compat_pthread_create(t, a, fn, arg);
+  }
+  count(H_pthread_create, C_PLAIN);
+  return REAL(pthread_create)(t, a, fn, arg);
+}
+
+IOF_HOOK_API int pthread_join(pthread_t t, void **r) {
+  bool f = iof__hook_in_fiber();
+  if ((f || fiber_tid(t)) && iof_compat_pthread_join) {
+    count(H_pthread_join, f ? C_FIBER : C_PLAIN);
+    return iof_compat_pthread_join(t, r);
+  }
+  count(H_pthread_join, f ? C_BLOCKED : C_PLAIN);
+  return REAL(pthread_join)(t, r);
+}
+
+IOF_HOOK_API int pthread_detach(pthread_t t) {
+  if ((fiber_tid(t) || iof__hook_in_fiber()) && iof_compat_pthread_detach)
+    return iof_compat_pthread_detach(t);
+  return REAL(pthread_detach)(t);
+}
+
+IOF_HOOK_API pthread_t pthread_self(void) {
+  if (iof_compat_pthread_self && iof__hook_in_fiber())
+    return iof_compat_pthread_self();
+  return REAL(pthread_self)();
+}
+
+IOF_HOOK_API int pthread_equal(pthread_t a, pthread_t b) {
+  return a == b;
+}
+
+IOF_HOOK_API void pthread_exit(void *r) {
+  if (iof_compat_pthread_exit && iof__hook_in_fiber())
+    iof_compat_pthread_exit(r);
+  REAL(pthread_exit)(r);
+  __builtin_unreachable();
+}
+
+/* ---- fork ------------------------------------------------------------- */
+
+/* A process we start must see its fds as the program made them: the fds
+ * the runtime switched to non-blocking for its waits (user view blocking,
+ * compat's F_GETFL) are switched back, e.g. a shell pipeline's stdin. The
+ * open file description is shared with us, so a fiber of this process
+ * that later waits on such an fd blocks its thread (documented).
+ * inheritable_only: skip close-on-exec fds (the exec'ed program never sees
+ * them; used where no code of ours runs between fork and exec). */
+static void restore_blocking(bool inheritable_only) {
+  if (!iof_compat_fcntl || !runtime_ready) return;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return;
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    int fd = atoi(e->d_name);
+    if (fd == self) continue;
+    if (inheritable_only) {
+      int fdfl = REAL(fcntl)(fd, F_GETFD);
+      if (fdfl < 0 || (fdfl & FD_CLOEXEC)) continue;
+    }
+    int k = REAL(fcntl)(fd, F_GETFL);
+    if (k < 0 || !(k & O_NONBLOCK)) continue;
+    int u = iof_compat_fcntl(fd, F_GETFL);
+    if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
+  }
+  closedir(d);
+}
+
+IOF_HOOK_API pid_t fork(void) {
+  if (!iof__hook_in_fiber()) {
+    count(H_fork, C_PLAIN);
+    return REAL(fork)();
+  }
+  count(H_fork, C_FIBER);
+  pid_t p = iof_compat_fork ? iof_compat_fork() : REAL(fork)();
+  if (p == 0) {
+    stepped_aside = 1;
+    /* The child uses every fd plainly from now on, exec or not. */
+    restore_blocking(false);
+  }
+  return p;
+}
+
+/* glibc starts these children with clone + exec and runs none of our code
+ * in between: the fds are put back in blocking mode beforehand. system and
+ * popen's children inherit only fds without close-on-exec; posix_spawn's
+ * file actions may dup any fd into the child, so all are. */
+IOF_HOOK_API int system(const char *cmd) {
+  if (verbose) count(H_system, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);
+  if (cmd) restore_blocking(true);
+  return REAL(system)(cmd);
+}
+
+IOF_HOOK_API FILE *popen(const char *cmd, const char *mode) {
+  count(H_popen, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+  restore_blocking(true);
+  return REAL(popen)(cmd, mode);
+}
+
+IOF_HOOK_API int posix_spawn(pid_t *pid, const char *path,
+                             const posix_spawn_file_actions_t *fa,
+                             const posix_spawnattr_t *at, char *const argv[],
+                             char *const envp[]) {
+  count(H_posix_spawn, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+  restore_blocking(false);
+  return REAL(posix_spawn)(pid, path, fa, at, argv, envp);
+}
+
+IOF_HOOK_API int posix_spawnp(pid_t *pid, const char *file,
+                              const posix_spawn_file_actions_t *fa,
+                              const posix_spawnattr_t *at, char *const argv[],
+                              char *const envp[]) {
+  count(H_posix_spawnp, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+  restore_blocking(false);
+  return REAL(posix_spawnp)(pid, file, fa, at, argv, envp);
+}
+
+/* vfork's child borrows the parent's memory and stack: anything it calls
+ * through us (close, dup2 before exec) would edit the parent's fd records
+ * and wake the parent's fibers. A fork is a valid vfork, and goes through
+ * the stepping aside above. */
+IOF_HOOK_API pid_t vfork(void) {
+  return fork();
+}
+
+/* ---- glibc's fortified entry points ----------------------------------- */
+
+/* -D_FORTIFY_SOURCE programs call these instead of read/recv/... */
+extern void __chk_fail(void) __attribute__((noreturn));
+
+IOF_HOOK_API ssize_t __read_chk(int fd, void *b, size_t n, size_t blen) {
+  if (n > blen) __chk_fail();
+  return read(fd, b, n);
+}
+
+IOF_HOOK_API ssize_t __recv_chk(int fd, void *b, size_t n, size_t blen,
+                                int fl) {
+  if (n > blen) __chk_fail();
+  return recv(fd, b, n, fl);
+}
+
+IOF_HOOK_API ssize_t __recvfrom_chk(int fd, void *b, size_t n, size_t blen,
+                                    int fl, struct sockaddr *a, socklen_t *l) {
+  if (n > blen) __chk_fail();
+  return recvfrom(fd, b, n, fl, a, l);
+}
+
+IOF_HOOK_API int __poll_chk(struct pollfd *p, nfds_t n, int t, size_t plen) {
+  if (plen / sizeof *p < n) __chk_fail();
+  return poll(p, n, t);
+}
+
+IOF_HOOK_API int __ppoll_chk(struct pollfd *p, nfds_t n,
+                             const struct timespec *t, const sigset_t *s,
+                             size_t plen) {
+  if (plen / sizeof *p < n) __chk_fail();
+  return ppoll(p, n, t, s);
+}
+
+/* ---- signal handlers --------------------------------------------------- */
+
+/* Every handler installed through sigaction/signal runs inside a
+ * trampoline that marks the thread as "in a handler" (see in_handler). A
+ * handler left with siglongjmp leaves the mark set: that thread's later
+ * calls then pass through (documented). */
+static void *_Atomic user_handler[NSIG];
+
+static void tramp_plain(int sig) {
+  void (*h)(int) = (void (*)(int))atomic_load_explicit(&user_handler[sig],
+                                                       memory_order_acquire);
+  in_handler++;
+  if (h) h(sig);
+  in_handler--;
+}
+
+static void tramp_info(int sig, siginfo_t *si, void *uc) {
+  void (*h)(int, siginfo_t *, void *) =
+      (void (*)(int, siginfo_t *, void *))atomic_load_explicit(
+          &user_handler[sig], memory_order_acquire);
+  in_handler++;
+  if (h) h(sig, si, uc);
+  in_handler--;
+}
+
+static bool is_tramp(const struct sigaction *sa) {
+  return (sa->sa_flags & SA_SIGINFO) ? sa->sa_sigaction == tramp_info
+                                     : sa->sa_handler == tramp_plain;
+}
+
+IOF_HOOK_API int sigaction(int sig, const struct sigaction *act,
+                           struct sigaction *old) {
+  bool ours = sig > 0 && sig < NSIG;
+  void *prev =
+      ours ? atomic_load_explicit(&user_handler[sig], memory_order_acquire)
+           : NULL;
+  struct sigaction mine;
+  bool wrapped = false;
+  if (act && ours) {
+    void *h = (act->sa_flags & SA_SIGINFO) ? (void *)act->sa_sigaction
+                                           : (void *)act->sa_handler;
+    if (h != (void *)SIG_DFL && h != (void *)SIG_IGN && h != (void *)SIG_ERR) {
+      mine = *act;
+      if (mine.sa_flags & SA_SIGINFO)
+        mine.sa_sigaction = tramp_info;
+      else
+        mine.sa_handler = tramp_plain;
+      atomic_store_explicit(&user_handler[sig], h, memory_order_release);
+      act = &mine;
+      wrapped = true;
+    }
+  }
+  int r = REAL(sigaction)(sig, act, old);
+  if (r != 0 && wrapped)
+    atomic_store_explicit(&user_handler[sig], prev, memory_order_release);
+  if (r == 0 && old && ours && prev && is_tramp(old)) {
+    if (old->sa_flags & SA_SIGINFO)
+      old->sa_sigaction = (void (*)(int, siginfo_t *, void *))prev;
+    else
+      old->sa_handler = (void (*)(int))prev;
+  }
+  return r;
+}
+
+/* glibc's signal(): BSD semantics (restart, the signal blocked while its
+ * handler runs), built on the wrapping sigaction above. */
+IOF_HOOK_API sighandler_t signal(int sig, sighandler_t h) {
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = h;
+  sigemptyset(&sa.sa_mask);
+  if (sig > 0 && sig < NSIG) sigaddset(&sa.sa_mask, sig);
+  sa.sa_flags = SA_RESTART;
+  if (sigaction(sig, &sa, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
+/* ---- identity, report ------------------------------------------------- */
+
+IOF_HOOK_API const char *iof_hook_version(void) {
+  return IOF_HOOK_VERSION_STRING;
+}
+
+static void report(void) {
+  char line[160];
+  int n =
+      snprintf(line, sizeof line, "iofiber-hook[%d]: %-24s %12s %12s %12s\n",
+               (int)getpid(), "call", "fiber", "blocked", "outside");
+  REAL(write)(2, line, (size_t)n);
+  for (int i = 0; i < H_COUNT; i++) {
+    unsigned long c[C_KINDS];
+    unsigned long any = 0;
+    for (int k = 0; k < C_KINDS; k++) {
+      c[k] = atomic_load_explicit(&counts[i][k], memory_order_relaxed);
+      any |= c[k];
+    }
+    if (!any) continue;
+    n = snprintf(line, sizeof line,
+                 "iofiber-hook[%d]: %-24s %12lu %12lu %12lu\n", (int)getpid(),
+                 names[i], c[C_FIBER], c[C_BLOCKED], c[C_PLAIN]);
+    REAL(write)(2, line, (size_t)n);
+  }
+}
+
+__attribute__((destructor)) static void hook_fini(void) {
+  if (verbose && !stepped_aside) report();
+}
+
+int iof_hook_counts(const char *call, unsigned long out[3]) {
+  if (!call || !out) return -EINVAL;
+  for (int i = 0; i < H_COUNT; i++) {
+    if (strcmp(names[i], call) != 0) continue;
+    for (int k = 0; k < C_KINDS; k++)
+      out[k] = atomic_load_explicit(&counts[i][k], memory_order_relaxed);
+    return 0;
+  }
+  return -ENOENT;
+}
+
+__attribute__((constructor)) static void hook_init(void) {
+  const char *v = getenv(IOF_HOOK_ENV_VERBOSE);
+  verbose = v && *v && strcmp(v, "0") != 0;
+  /* Resolve every pass-through now: a handler's first write must not be
+   * the one that calls dlsym (not async-signal-safe). */
+  for (int i = 0; i < H_COUNT; i++) (void)real_sym(i);
+  runtime_ready = true;
+}

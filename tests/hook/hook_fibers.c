@@ -1,0 +1,346 @@
+/* libiofiber-hook linked into a program: blocking libc calls made by
+ * fibers suspend only the fiber (everything runs on this one thread). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "hook_support.h"
+#include "test_support.h"
+
+/* ---- poll on a pipe fed by another fiber ------------------------------- */
+
+typedef struct poll_case {
+  int p[2];
+  int poll_result;
+  short revents;
+  int64_t waited_ms;
+  int order[2], n;
+} poll_case;
+
+static int poller(void *arg) {
+  poll_case *c = arg;
+  struct pollfd f = {.fd = c->p[0], .events = POLLIN};
+  uint64_t t0 = iof_test_now_ns();
+  c->poll_result = poll(&f, 1, 5000);
+  c->waited_ms = ms_since(t0);
+  c->revents = f.revents;
+  c->order[c->n++] = 1;
+  return 0;
+}
+
+static int feeder(void *arg) {
+  poll_case *c = arg;
+  usleep(50 * 1000);
+  c->order[c->n++] = 2;
+  return write(c->p[1], "x", 1) == 1 ? 0 : -errno;
+}
+
+static int poll_pair(void *arg) {
+  poll_case *c = arg;
+  const iof_env *env = iof_env_current();
+  int r = iof_launch(env->executor, poller, c);
+  if (r == 0) r = iof_launch(env->executor, feeder, c);
+  return r;
+}
+
+static void test_poll_fed_by_fiber(void **state) {
+  (void)state;
+  poll_case c = {0};
+  assert_int_equal(pipe(c.p), 0);
+  unsigned long before = hook_count("poll", 0);
+  assert_int_equal(hook_run_fibers(1, poll_pair, &c), 0);
+  /* Had poll blocked the thread, the feeder could not have run: poll would
+   * have timed out after 5 s with 0. */
+  assert_int_equal(c.poll_result, 1);
+  assert_true(c.revents & POLLIN);
+  assert_true(c.waited_ms >= 40 && c.waited_ms < 2000);
+  assert_int_equal(c.order[0], 2);
+  assert_int_equal(c.order[1], 1);
+  assert_int_equal(hook_count("poll", 0), before + 1);
+  close(c.p[0]), close(c.p[1]);
+}
+
+/* ---- errno across suspension ------------------------------------------ */
+
+static int errno_sleeper(void *arg) {
+  int *out = arg;
+  errno = EILSEQ;
+  usleep(30 * 1000);
+  out[0] = errno;
+  return 0;
+}
+
+static int errno_spoiler(void *arg) {
+  int *out = arg;
+  errno = EXDEV;
+  usleep(5 * 1000);
+  errno = EXDEV;
+  out[1] = 1;
+  return 0;
+}
+
+static int errno_pair(void *arg) {
+  const iof_env *env = iof_env_current();
+  int r = iof_launch(env->executor, errno_sleeper, arg);
+  return r ? r : iof_launch(env->executor, errno_spoiler, arg);
+}
+
+static void test_errno_across_suspension(void **state) {
+  (void)state;
+  int out[2] = {0, 0};
+  assert_int_equal(hook_run_fibers(1, errno_pair, out), 0);
+  assert_int_equal(out[1], 1);
+  assert_int_equal(out[0], EILSEQ);
+}
+
+/* ---- fork in a fiber, then exec --------------------------------------- */
+
+typedef struct fork_case {
+  int p[2];
+  int status;
+  char from_child;
+  int ticks;
+} fork_case;
+
+static int forker(void *arg) {
+  fork_case *c = arg;
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* The hook has stepped aside in this child: plain calls. */
+    if (write(c->p[1], "c", 1) != 1) _exit(90);
+    execl("/bin/sh", "sh", "-c", "exit 7", (char *)NULL);
+    _exit(91);
+  }
+  if (pid < 0) return -errno;
+  /* Suspends this fiber until the child's byte arrives. */
+  if (read(c->p[0], &c->from_child, 1) != 1) return -EIO;
+  if (waitpid(pid, &c->status, 0) != pid) return -errno;
+  usleep(1000); /* the runtime still works in the parent */
+  return 0;
+}
+
+static int ticker(void *arg) {
+  fork_case *c = arg;
+  for (int i = 0; i < 5; i++) {
+    usleep(2000);
+    c->ticks++;
+  }
+  return 0;
+}
+
+static int fork_pair(void *arg) {
+  const iof_env *env = iof_env_current();
+  int r = iof_launch(env->executor, forker, arg);
+  return r ? r : iof_launch(env->executor, ticker, arg);
+}
+
+static void test_fork_then_exec(void **state) {
+  (void)state;
+  fork_case c = {.status = -1};
+  assert_int_equal(pipe(c.p), 0);
+  assert_int_equal(hook_run_fibers(1, fork_pair, &c), 0);
+  assert_int_equal(c.from_child, 'c');
+  assert_true(WIFEXITED(c.status));
+  assert_int_equal(WEXITSTATUS(c.status), 7);
+  assert_int_equal(c.ticks, 5);
+  close(c.p[0]), close(c.p[1]);
+}
+
+/* ---- getaddrinfo from 100 fibers -------------------------------------- */
+
+static int resolved;
+
+static int resolver_fiber(void *arg) {
+  (void)arg;
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *res = NULL;
+  int r = getaddrinfo("localhost", "80", &hints, &res);
+  if (r != 0 || !res) return -EIO;
+  struct sockaddr_in *sin = (struct sockaddr_in *)res->ai_addr;
+  bool ok = res->ai_family == AF_INET && ntohs(sin->sin_port) == 80 &&
+            ntohl(sin->sin_addr.s_addr) == 0x7f000001;
+  freeaddrinfo(res);
+  if (ok) resolved++;
+  return 0;
+}
+
+static void test_getaddrinfo_100(void **state) {
+  (void)state;
+  unsigned long in_fiber = hook_count("getaddrinfo", 0);
+  resolved = 0;
+  uint64_t t0 = iof_test_now_ns();
+  assert_int_equal(hook_run_fibers(100, resolver_fiber, NULL), 0);
+  assert_int_equal(resolved, 100);
+  /* All 100 went to the fiber layer (the resolver threads), none blocked
+   * the io thread. */
+  assert_int_equal(hook_count("getaddrinfo", 0), in_fiber + 100);
+  assert_int_equal(hook_count("getaddrinfo", 1), 0);
+  assert_true(ms_since(t0) < 5000);
+}
+
+/* ---- close from a plain thread wakes a fiber's read -------------------- */
+
+typedef struct close_case {
+  int sv[2];
+  ssize_t got;
+  int err;
+} close_case;
+
+static int blocked_reader(void *arg) {
+  close_case *c = arg;
+  char b;
+  c->got = read(c->sv[0], &b, 1);
+  c->err = errno;
+  return 0;
+}
+
+static void *closer(void *arg) {
+  close_case *c = arg;
+  usleep(50 * 1000); /* a plain thread: really sleeps */
+  close(c->sv[0]);
+  return NULL;
+}
+
+static void test_close_from_thread_wakes_fiber(void **state) {
+  (void)state;
+  close_case c = {.got = -2};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.sv), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, closer, &c), 0);
+  assert_int_equal(hook_run_fibers(1, blocked_reader, &c), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  /* The close went to the fiber layer although no fiber made it. */
+  assert_int_equal(c.got, -1);
+  assert_int_equal(c.err, EBADF);
+  close(c.sv[1]);
+}
+
+/* ---- libev's own write from inside a fiber ---------------------------- */
+
+/* A fiber launching onto another thread's io_context wakes that loop with
+ * ev_async_send: libev writes its eventfd from the fiber, through the hook.
+ * That fd is non-blocking when compat first sees it, so compat passes the
+ * write straight through (a suspension there would deadlock the post). */
+static atomic_int remote_ran;
+
+static int on_remote(void *arg) {
+  (void)arg;
+  atomic_store(&remote_ran, 1);
+  return 0;
+}
+
+static int launch_remote(void *arg) {
+  iof_io_context *b = arg;
+  int r = iof_launch(iof_io_context_executor(b), on_remote, NULL);
+  for (int i = 0; r == 0 && i < 400 && !atomic_load(&remote_ran); i++)
+    usleep(5000);
+  return r;
+}
+
+static void *run_b(void *arg) {
+  iof_io_context_run(arg);
+  return NULL;
+}
+
+static void test_libev_write_from_fiber(void **state) {
+  (void)state;
+  iof_io_context *b = iof_io_context_create();
+  assert_non_null(b);
+  iof_work_guard g;
+  iof_work_guard_init(&g, iof_io_context_executor(b));
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_b, b), 0);
+  usleep(50 * 1000); /* let b's loop block in epoll_wait */
+  unsigned long w = hook_count("write", 0);
+  atomic_store(&remote_ran, 0);
+  assert_int_equal(hook_run_fibers(1, launch_remote, b), 0);
+  assert_int_equal(atomic_load(&remote_ran), 1);
+  assert_true(hook_count("write", 0) >= w + 1);
+  iof_work_guard_reset(&g);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(iof_io_context_destroy(b), 0);
+}
+
+/* ---- system() from a fiber: the child sees blocking fds --------------- */
+
+/* O_NONBLOCK of fd as the kernel has it (fdinfo's octal flags). */
+static int kernel_nonblock(int fd) {
+  char path[64], line[128];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int r = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long fl;
+    if (sscanf(line, "flags: %lo", &fl) == 1) r = (fl & O_NONBLOCK) != 0;
+  }
+  fclose(f);
+  return r;
+}
+
+typedef struct system_case {
+  int before, after, status;
+} system_case;
+
+static int system_fiber(void *arg) {
+  system_case *c = arg;
+  int p[2];
+  if (pipe(p) != 0) return -errno;
+  /* A blocking call on it in this fiber makes it non-blocking underneath. */
+  if (dup2(p[0], 50) != 50) return -errno;
+  struct pollfd f = {.fd = 50, .events = POLLIN};
+  (void)poll(&f, 1, 1);
+  char b;
+  if (write(p[1], "x", 1) != 1 || read(50, &b, 1) != 1) return -EIO;
+  c->before = kernel_nonblock(50);
+  /* The shell inherits fd 50 and checks its flags itself. */
+  c->status = system("f=$(sed -n 's/^flags:[[:space:]]*//p' "
+                     "/proc/$$/fdinfo/50); [ $(( 0$f & 04000 )) -eq 0 ]");
+  c->after = kernel_nonblock(50);
+  close(50), close(p[0]), close(p[1]);
+  return 0;
+}
+
+static void test_system_child_sees_blocking_fds(void **state) {
+  (void)state;
+  system_case c = {-2, -2, -2};
+  assert_int_equal(hook_run_fibers(1, system_fiber, &c), 0);
+  assert_int_equal(c.before, 1); /* the runtime had made it non-blocking */
+  assert_true(WIFEXITED(c.status));
+  assert_int_equal(WEXITSTATUS(c.status), 0); /* the child saw it blocking */
+  assert_int_equal(c.after, 0);
+}
+
+IOF_TEST_WATCHDOG(setup, teardown, 20)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_poll_fed_by_fiber, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_errno_across_suspension, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_fork_then_exec, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_getaddrinfo_100, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_close_from_thread_wakes_fiber, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_libev_write_from_fiber, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_system_child_sees_blocking_fds,
+                                      setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

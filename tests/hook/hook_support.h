@@ -1,0 +1,17 @@
+/* Helpers shared by the hook tests (programs linked with libiofiber-hook). */
+#ifndef IOF_TEST_HOOK_SUPPORT_H
+#define IOF_TEST_HOOK_SUPPORT_H
+
+#include <iofiber/hook.h>
+#include <iofiber/io_context.h>
+#include <iofiber/launch.h>
+
+/* Runs fn(arg) in `n` fibers on a fresh io_context on this thread and
+ * returns when all have finished (0), or -errno. */
+int hook_run_fibers(int n, iof_fn fn, void *arg);
+
+/* The hook's counter for call: which = 0 fiber layer, 1 blocked the thread,
+ * 2 outside fibers. */
+unsigned long hook_count(const char *call, int which);
+
+#endif
