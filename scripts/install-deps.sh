@@ -18,6 +18,11 @@ PACKAGES=(
   libcmocka-dev
   valgrind
   curl
+  redis-server
+  redis-tools
+  libhiredis-dev
+  netcat-openbsd
+  python3
   libcurl4-openssl-dev
 )
 if [[ "${1:-}" == "--bench" ]]; then
