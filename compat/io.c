@@ -459,3 +459,9 @@ int iof_compat_getsockopt(int fd, int level, int name, void *val,
 int iof_compat_shutdown(int fd, int how) {
   return iof__libc.shutdown(fd, how);
 }
+
+int iof_compat_listen(int fd, int backlog) {
+  if (backlog < IOF_COMPAT_LISTEN_MIN && iof__compat_fiber())
+    backlog = IOF_COMPAT_LISTEN_MIN;
+  return iof__libc.listen(fd, backlog);
+}

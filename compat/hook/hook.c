@@ -110,6 +110,7 @@
   X(IO, int, getsockopt, (int fd, int lv, int nm, void *v, socklen_t *l),      \
     (fd, lv, nm, v, l))                                                        \
   X(IO, int, shutdown, (int fd, int how), (fd, how))                           \
+  X(IO, int, listen, (int fd, int backlog), (fd, backlog))                     \
   X(IO, int, getaddrinfo,                                                      \
     (const char *n, const char *s, const struct addrinfo *h,                   \
      struct addrinfo **r),                                                     \
