@@ -15,6 +15,18 @@
 
 static _Atomic(iof__fd_slot *) chunks[CHUNKS];
 
+bool iof__compat_forked;
+
+/* Runs in the child, on the forking thread: flags it when that was a
+ * fiber (see fd_table.h). */
+static void forked_child(void) {
+  if (iof__compat_fiber()) iof__compat_forked = true;
+}
+
+__attribute__((constructor)) static void compat_fork_handler(void) {
+  (void)pthread_atfork(NULL, NULL, forked_child);
+}
+
 iof__fd_slot *iof__fd_slot_peek(int fd) {
   if (fd < 0 || (fd >> CHUNK_BITS) >= CHUNKS) return NULL;
   iof__fd_slot *c =

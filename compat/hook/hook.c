@@ -305,7 +305,10 @@ static void *real_sym(int call) {
 
 /* ---- generated interposers -------------------------------------------- */
 
-/* IO: compat from a fiber, libc otherwise. */
+/* IO: compat from a fiber, libc otherwise. In a child forked from a fiber
+ * compat too (it knows it is no fiber there): an fd the runtime made
+ * non-blocking, shared with the parent, must still block for the child,
+ * which compat does with a plain poll. */
 #define DEF_IO(ret, name, params, args)                                        \
   IOF_HOOK_API ret name params {                                               \
     if (iof__hook_in_fiber()) {                                                \
@@ -316,6 +319,8 @@ static void *real_sym(int call) {
       count(H_##name, C_BLOCKED);                                              \
     } else {                                                                   \
       count(H_##name, C_PLAIN);                                                \
+      if (stepped_aside && !in_handler && iof_compat_##name)                   \
+        return iof_compat_##name args;                                         \
     }                                                                          \
     return REAL(name) args;                                                    \
   }
@@ -509,8 +514,12 @@ IOF_HOOK_API pid_t fork(void) {
   pid_t p = iof_compat_fork ? iof_compat_fork() : REAL(fork)();
   if (p == 0) {
     stepped_aside = 1;
-    /* The child uses every fd plainly from now on, exec or not. */
-    restore_blocking(false);
+    /* What the child execs inherits the fds without close-on-exec: those
+     * go back to blocking mode. The others stay as they are (the open file
+     * is shared: a blocking mode would block the parent's fibers waiting
+     * on it, e.g. Python multiprocessing's pipes); the child's own reads
+     * and writes on them still block, through compat (see DEF_IO). */
+    restore_blocking(true);
   }
   return p;
 }
