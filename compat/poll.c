@@ -146,6 +146,13 @@ static int sleep_to(int64_t deadline) {
 }
 
 int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms) {
+  if (timeout_ms == 0 && iof__compat_fiber()) {
+    /* A thread polling in a loop (waiting for another thread's progress)
+     * is preempted among threads; a fiber must let the others run. */
+    int r = iof__libc.poll(fds, n, 0);
+    if (r == 0) iof_compat_sched_yield();
+    return r;
+  }
   if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.poll(fds, n, timeout_ms);
   if (n == 0 && timeout_ms > 0) return sleep_to(deadline_ms(timeout_ms));

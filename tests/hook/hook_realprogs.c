@@ -255,6 +255,42 @@ static void test_python_threads(void **state) {
   assert_string_equal(buf, "50 fast timeout\n");
 }
 
+/* ---- python3 multiprocessing ------------------------------------------- */
+
+/* Worker processes forked by a fiber, named semaphores (sem_open) as
+ * locks, pipes shared with the children, and a pool thread that polls
+ * with a zero timeout while another thread reads the results. */
+static const char py_mp[] =
+    "import multiprocessing as m, threading\n"
+    "def sq(x): return x * x\n"
+    "with m.Pool(3) as p: print(sum(p.map(sq, range(1000))))\n"
+    "q = m.Queue(); ps = [m.Process(target=q.put, args=(i,)) for i in "
+    "range(5)]\n"
+    "[x.start() for x in ps]; print(sorted(q.get() for _ in ps))\n"
+    "[x.join() for x in ps]\n"
+    "lk = m.Lock(); n = [0]\n"
+    "def w():\n"
+    "    for _ in range(200):\n"
+    "        with lk: n[0] += 1\n"
+    "ts = [threading.Thread(target=w) for _ in range(5)]\n"
+    "[t.start() for t in ts]; [t.join() for t in ts]; print(n[0])\n";
+
+static void test_python_multiprocessing(void **state) {
+  (void)state;
+  if (access(PYTHON, X_OK) != 0) skip();
+  char out[128], err[128], buf[4096];
+  tmp_path(out, sizeof out, "mp.out");
+  tmp_path(err, sizeof err, "mp.err");
+  pid_t pid =
+      spawn((const char *const[]){IOF_RUN_PATH, PYTHON, "-c", py_mp, NULL}, -1,
+            out, err);
+  int st = wait_exit(pid, 15);
+  slurp(err, buf, sizeof buf);
+  if (st != 0) fail_msg("python exit %d: %s", st, buf);
+  slurp(out, buf, sizeof buf);
+  assert_string_equal(buf, "332833500\n[0, 1, 2, 3, 4]\n1000\n");
+}
+
 /* ---- redis-cli --------------------------------------------------------- */
 
 static void redis_cli(int port, const char *const *args, char *buf,
@@ -367,12 +403,14 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_python_http_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_python_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_python_multiprocessing, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_redis_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nc, setup, teardown),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
-  const char *names[] = {"f.txt",  "http.err",  "py.out",
-                         "py.err", "redis.out", "nc.out"};
+  const char *names[] = {"f.txt",     "http.err", "py.out", "py.err",
+                         "redis.out", "nc.out",   "mp.out", "mp.err"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char p[128];
     tmp_path(p, sizeof p, names[i]);
