@@ -110,6 +110,10 @@ IOF_HIDDEN int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns);
  * outside fibers (a prefork server starting its own fibers) is unaffected. */
 IOF_HIDDEN extern bool iof__compat_forked;
 
+/* In such a child: fd (0, 1 or 2) back to blocking mode if only the
+ * runtime made it non-blocking (io.c). */
+IOF_HIDDEN void iof__compat_child_std_blocking(int fd);
+
 static inline iof_fiber *iof__compat_fiber(void) {
   iof_thread_state *th = iof__thread_peek();
   if (!th || iof__compat_forked) return NULL;
