@@ -291,6 +291,48 @@ static void test_python_multiprocessing(void **state) {
   assert_string_equal(buf, "332833500\n[0, 1, 2, 3, 4]\n1000\n");
 }
 
+/* ---- node -------------------------------------------------------------- */
+
+/* libuv's thread pool (fs, crypto) runs on fibers; at exit libuv's
+ * destructor joins those "threads", which needs them still running. */
+static const char node_js[] =
+    "const http = require('http');\n"
+    "const srv = http.createServer((q, s) => s.end('hi ' + q.url));\n"
+    "srv.listen(0, '127.0.0.1', () => {\n"
+    "  const port = srv.address().port; let n = 0;\n"
+    "  for (let i = 0; i < 20; i++)\n"
+    "    http.get(`http://127.0.0.1:${port}/${i}`, r => {\n"
+    "      let d = ''; r.on('data', c => d += c);\n"
+    "      r.on('end', () => { if (d === 'hi /' + i) n++;\n"
+    "        if (n === 20) { console.log('http 20'); srv.close(); } });\n"
+    "    });\n"
+    "});\n"
+    "require('fs').readFile('/proc/self/status', (e, d) => console.log('fs',"
+    " !e));\n"
+    "require('crypto').pbkdf2('a', 'b', 1000, 32, 'sha256', (e, k) =>\n"
+    "  console.log('crypto', k.length));\n";
+
+static void test_node(void **state) {
+  (void)state;
+  const char *node = access("/usr/bin/node", X_OK) == 0     ? "/usr/bin/node"
+                     : access("/usr/bin/nodejs", X_OK) == 0 ? "/usr/bin/nodejs"
+                                                            : NULL;
+  if (!node) skip();
+  char out[128], err[128], buf[4096];
+  tmp_path(out, sizeof out, "node.out");
+  tmp_path(err, sizeof err, "node.err");
+  pid_t pid =
+      spawn((const char *const[]){IOF_RUN_PATH, node, "-e", node_js, NULL}, -1,
+            out, err);
+  int st = wait_exit(pid, 15);
+  slurp(err, buf, sizeof buf);
+  if (st != 0) fail_msg("node exit %d: %s", st, buf);
+  slurp(out, buf, sizeof buf);
+  assert_non_null(strstr(buf, "http 20\n"));
+  assert_non_null(strstr(buf, "fs true\n"));
+  assert_non_null(strstr(buf, "crypto 32\n"));
+}
+
 /* ---- redis-cli --------------------------------------------------------- */
 
 static void redis_cli(int port, const char *const *args, char *buf,
@@ -405,12 +447,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_python_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_python_multiprocessing, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_node, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nc, setup, teardown),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   const char *names[] = {"f.txt",     "http.err", "py.out", "py.err",
-                         "redis.out", "nc.out",   "mp.out", "mp.err"};
+                         "redis.out", "nc.out",   "mp.out", "mp.err",
+                         "node.out",  "node.err"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char p[128];
     tmp_path(p, sizeof p, names[i]);
