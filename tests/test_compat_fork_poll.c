@@ -9,6 +9,7 @@
 #include "compat_io_test.h"
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 
 static int pfd[2];
@@ -41,6 +42,51 @@ static void test_zero_timeout_poll_yields(void **s) {
   assert_int_equal(iof_io_context_destroy(io), 0);
   assert_no_failures();
   assert_true(spins < 10);
+  close(pfd[0]);
+  close(pfd[1]);
+}
+
+/* Always something ready that the looping fiber ignores (a writable pipe
+ * end): every 64th such check in a row yields, so the fiber that ends the
+ * loop gets to run. */
+static volatile int flag;
+static int busy_loops;
+
+static int setter(void *arg) {
+  (void)arg;
+  flag = 1;
+  return 0;
+}
+
+static int busy_epoll(void *arg) {
+  (void)arg;
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event e = {.events = EPOLLOUT, .data.fd = pfd[1]};
+  CHECK(ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, pfd[1], &e) == 0);
+  struct pollfd p = {pfd[1], POLLOUT, 0};
+  while (!flag && busy_loops < 1000000) {
+    busy_loops++;
+    if (busy_loops & 1)
+      CHECK(iof_compat_epoll_wait(ep, &e, 1, 1000) == 1);
+    else
+      CHECK(iof_compat_poll(&p, 1, 1000) == 1);
+  }
+  close(ep);
+  return 0;
+}
+
+static void test_ready_loop_yields(void **s) {
+  (void)s;
+  CHECK(pipe(pfd) == 0);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  assert_int_equal(iof_run_async(ex, NULL, busy_epoll, NULL), 0);
+  assert_int_equal(iof_run_async(ex, NULL, setter, NULL), 0);
+  assert_true(iof_io_context_run(io) >= 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_true(busy_loops <= 64);
   close(pfd[0]);
   close(pfd[1]);
 }
@@ -86,6 +132,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_forked_child_reads_plainly, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_ready_loop_yields, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,7 @@
 #define REDIS_SERVER "/usr/bin/redis-server"
 #define REDIS_CLI "/usr/bin/redis-cli"
 #define NC "/usr/bin/nc"
+#define REDIS_BENCH "/usr/bin/redis-benchmark"
 
 static int free_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -372,6 +373,21 @@ static void test_redis_cli(void **state) {
             sizeof buf);
   assert_true(iof_test_now_ns() - t0 >= 190000000u);
   assert_string_equal(buf, "\n"); /* nil */
+  /* redis-benchmark with 2 threads, each its own event loop: fibers. */
+  if (access(REDIS_BENCH, X_OK) == 0) {
+    char out[128];
+    tmp_path(out, sizeof out, "redis.out");
+    pid_t b =
+        spawn((const char *const[]){IOF_RUN_PATH, REDIS_BENCH, "-p", ps, "-n",
+                                    "1000", "-c", "10", "-t", "set,get", "-q",
+                                    "--threads", "2", NULL},
+              -1, out, NULL);
+    assert_int_equal(wait_exit(b, 15), 0);
+    char rb[4096];
+    slurp(out, rb, sizeof rb);
+    assert_non_null(strstr(rb, "SET: "));
+    assert_non_null(strstr(rb, "GET: "));
+  }
   kill(srv, SIGTERM);
   assert_true(wait_exit(srv, 10) >= 0);
 }
