@@ -238,6 +238,12 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 
 int iof_compat_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
                       struct timeval *timeout) {
+  if (timeout && !timeout->tv_sec && !timeout->tv_usec && nfds > 0 &&
+      iof__compat_fiber()) {
+    int r = iof__libc.select(nfds, rd, wr, ex, timeout);
+    if (r >= 0) returned_at_once(r);
+    return r;
+  }
   if (!iof__compat_fiber() || nfds < 0 || nfds > FD_SETSIZE ||
       (timeout && (timeout->tv_sec < 0 || timeout->tv_usec < 0 ||
                    timeout->tv_usec >= 1000000)) ||
