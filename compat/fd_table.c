@@ -15,6 +15,20 @@
 
 static _Atomic(iof__fd_slot *) chunks[CHUNKS];
 
+bool iof__compat_forked;
+
+/* Runs in the child, on the forking thread: flags it when that was a
+ * fiber (see fd_table.h). */
+static void forked_child(void) {
+  if (!iof__compat_fiber()) return;
+  iof__compat_forked = true;
+  for (int fd = 0; fd <= 2; fd++) iof__compat_child_std_blocking(fd);
+}
+
+__attribute__((constructor)) static void compat_fork_handler(void) {
+  (void)pthread_atfork(NULL, NULL, forked_child);
+}
+
 iof__fd_slot *iof__fd_slot_peek(int fd) {
   if (fd < 0 || (fd >> CHUNK_BITS) >= CHUNKS) return NULL;
   iof__fd_slot *c =

@@ -103,9 +103,20 @@ IOF_HIDDEN int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns);
 /* The launched fiber running here, or NULL. Unlike iof__sync_fiber it
  * never sets up fiber state for a thread that has none: the hook routes
  * every read of every thread through compat. */
+/* Set in a child process forked by a fiber. The child's copy of the event
+ * loop shares its epoll set with the parent's and nothing drives it: the
+ * fiber the child continues on (e.g. a Python multiprocessing worker) must
+ * make every call plainly, as a process with no fibers. A child forked
+ * outside fibers (a prefork server starting its own fibers) is unaffected. */
+IOF_HIDDEN extern bool iof__compat_forked;
+
+/* In such a child: fd (0, 1 or 2) back to blocking mode if only the
+ * runtime made it non-blocking (io.c). */
+IOF_HIDDEN void iof__compat_child_std_blocking(int fd);
+
 static inline iof_fiber *iof__compat_fiber(void) {
   iof_thread_state *th = iof__thread_peek();
-  if (!th) return NULL;
+  if (!th || iof__compat_forked) return NULL;
   iof_fiber *f = th->current;
   return f != &th->root && f->env ? f : NULL;
 }

@@ -345,12 +345,26 @@ static bool dup_ok(int fd, int fd2) {
   return true;
 }
 
+/* In a child forked by a fiber, a standard stream goes back to blocking
+ * mode when only the runtime made it non-blocking: the child usually execs
+ * a program that reads its stdin plainly (a CGI's pipe dup'ed onto 0). */
+void iof__compat_child_std_blocking(int fd) {
+  if (!iof__compat_forked || fd < 0 || fd > 2) return;
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  unsigned st = s ? atomic_load(&s->flags) : 0;
+  if (!(st & IOF__FD_RT_NB) || (st & IOF__FD_USER_NB)) return;
+  int k = iof__libc.fcntl(fd, F_GETFL);
+  if (k >= 0 && (k & O_NONBLOCK))
+    (void)iof__libc.fcntl(fd, F_SETFL, k & ~O_NONBLOCK);
+}
+
 int iof_compat_dup2(int fd, int fd2) {
   if (fd == fd2) return iof__libc.dup2(fd, fd2);
   if (!dup_ok(fd, fd2)) return -1;
   iof__fd_reset(fd2, 0); /* its waiters see EBADF, never the new file */
   int r = iof__libc.dup2(fd, fd2);
   if (r >= 0) inherit(fd, r);
+  iof__compat_child_std_blocking(r);
   return r;
 }
 
@@ -363,6 +377,7 @@ int iof_compat_dup3(int fd, int fd2, int flags) {
   iof__fd_reset(fd2, 0);
   int r = iof__libc.dup3(fd, fd2, flags);
   if (r >= 0) inherit(fd, r);
+  iof__compat_child_std_blocking(r);
   return r;
 }
 
@@ -486,4 +501,10 @@ int iof_compat_getsockopt(int fd, int level, int name, void *val,
 
 int iof_compat_shutdown(int fd, int how) {
   return iof__libc.shutdown(fd, how);
+}
+
+int iof_compat_listen(int fd, int backlog) {
+  if (backlog < IOF_COMPAT_LISTEN_MIN && iof__compat_fiber())
+    backlog = IOF_COMPAT_LISTEN_MIN;
+  return iof__libc.listen(fd, backlog);
 }

@@ -101,6 +101,23 @@ static int single_events(short ev) {
          (ev & (POLLOUT | POLLWRNORM) ? EV_WRITE : 0);
 }
 
+/* Fairness among the fibers of an io thread. A thread that loops on
+ * poll/select/epoll_wait calls that return at once (always something
+ * ready that it does not consume, or a zero timeout) is preempted among
+ * threads; a fiber doing it would starve the others, e.g. the one that
+ * would consume the events (redis-benchmark --threads). So: a zero-timeout
+ * check that finds nothing yields, and every IOF__BUSY_STREAK-th check in a
+ * row on this thread that returns without waiting yields too. */
+#define IOF__BUSY_STREAK 64
+static __thread unsigned busy_streak;
+
+static void returned_at_once(int r) {
+  if (r == 0 || ++busy_streak >= IOF__BUSY_STREAK) {
+    busy_streak = 0;
+    iof_compat_sched_yield();
+  }
+}
+
 static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
                       const sigset_t *mask) {
   /* Refused before the set is walked: a NULL array, or a count the
@@ -118,10 +135,14 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
   int ep = -1;
   bool built = false;
   int single = n == 1 && fds[0].fd >= 0 ? single_events(fds[0].events) : 0;
+  bool waited = false;
   for (;;) {
     int r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
                  : iof__libc.poll(fds, n, 0);
-    if (r != 0) return finish(ep, r, 0, saved);
+    if (r != 0) {
+      if (!built && !waited) returned_at_once(r);
+      return finish(ep, r, 0, saved);
+    }
     if (deadline >= 0 && iof__now_ns() >= deadline)
       return finish(ep, 0, 0, saved);
     int w;
@@ -139,6 +160,8 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
       }
       w = wait_set(ep, deadline);
     }
+    waited = true;
+    busy_streak = 0;
     if (w == -ETIMEDOUT) {
       r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
                : iof__libc.poll(fds, n, 0);
@@ -158,6 +181,11 @@ static int sleep_to(int64_t deadline) {
 }
 
 int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms) {
+  if (timeout_ms == 0 && iof__compat_fiber()) {
+    int r = iof__libc.poll(fds, n, 0);
+    if (r >= 0) returned_at_once(r);
+    return r;
+  }
   if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.poll(fds, n, timeout_ms);
   if (n == 0 && timeout_ms > 0) return sleep_to(deadline_ms(timeout_ms));
@@ -188,7 +216,10 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     if (wr) *wr = w0;
     if (ex) *ex = e0;
     int r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
-    if (r != 0) return finish(ep, r, 0, saved);
+    if (r != 0) {
+      if (!built) returned_at_once(r);
+      return finish(ep, r, 0, saved);
+    }
     if (deadline >= 0 && iof__now_ns() >= deadline)
       return finish(ep, 0, 0, saved);
     if (!built) {
@@ -205,6 +236,7 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
       }
     }
     int w = wait_set(ep, deadline);
+    busy_streak = 0;
     if (w == -ETIMEDOUT) {
       if (rd) *rd = r0;
       if (wr) *wr = w0;
@@ -218,6 +250,12 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 
 int iof_compat_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
                       struct timeval *timeout) {
+  if (timeout && !timeout->tv_sec && !timeout->tv_usec && nfds > 0 &&
+      iof__compat_fiber()) {
+    int r = iof__libc.select(nfds, rd, wr, ex, timeout);
+    if (r >= 0) returned_at_once(r);
+    return r;
+  }
   if (!iof__compat_fiber() || nfds < 0 || nfds > FD_SETSIZE ||
       (timeout && (timeout->tv_sec < 0 || timeout->tv_usec < 0 ||
                    timeout->tv_usec >= 1000000)) ||
@@ -255,12 +293,18 @@ int iof_compat_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 static int epoll_fiber(int epfd, struct epoll_event *events, int max,
                        int64_t deadline, const sigset_t *mask) {
   int saved = errno;
+  bool waited = false;
   for (;;) {
     int r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
-    if (r != 0) return finish(-1, r, 0, saved);
+    if (r != 0) {
+      if (!waited) returned_at_once(r);
+      return finish(-1, r, 0, saved);
+    }
     if (deadline >= 0 && iof__now_ns() >= deadline)
       return finish(-1, 0, 0, saved);
     int w = iof__fd_wait_plain(epfd, EV_READ, deadline);
+    waited = true;
+    busy_streak = 0;
     if (w == -ETIMEDOUT) {
       r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
       return finish(-1, r, 0, saved);
@@ -271,6 +315,11 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
 
 int iof_compat_epoll_wait(int epfd, struct epoll_event *events, int max,
                           int timeout_ms) {
+  if (timeout_ms == 0 && iof__compat_fiber()) {
+    int r = iof__libc.epoll_wait(epfd, events, max, 0);
+    if (r >= 0) returned_at_once(r);
+    return r;
+  }
   if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.epoll_wait(epfd, events, max, timeout_ms);
   return epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), NULL);

@@ -16,12 +16,15 @@
 #include "fiber/libc.h"
 #include "sched/sync_internal.h"
 
+/* Defined with the fd table (see fd_table.h). */
+IOF_HIDDEN extern bool iof__compat_forked;
+
 /* The launched fiber running here, or NULL. Unlike iof__sync_fiber it
  * never sets up fiber state for a thread that has none (under the preload
  * hook every lock of every thread comes here). */
 static inline iof_fiber *iof__cthr_fiber(void) {
   iof_thread_state *th = iof__thread_peek();
-  if (!th) return NULL;
+  if (!th || iof__compat_forked) return NULL; /* see fd_table.h */
   iof_fiber *f = th->current;
   return f != &th->root && f->env ? f : NULL;
 }

@@ -3,6 +3,8 @@
  * thread_internal.h), plus the futex parker and futex lock under them. */
 #include "compat/thread_internal.h"
 
+#include <iofiber/compat_io.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -872,7 +874,14 @@ typedef struct csem {
   atomic_int lk;
   unsigned value;
   iof__waitq q;
+  uint64_t tag; /* CSEM_TAG: made by our sem_init */
 } csem;
+
+/* A semaphore compat did not initialize is libc's: a named one from
+ * sem_open (glibc fills it in shared memory itself; Python's
+ * multiprocessing locks are such) or a process-shared one. Those keep
+ * glibc's layout and go to libc; a fiber waits for one by polling. */
+#define CSEM_TAG UINT64_C(0x696f662d73656d31)
 
 _Static_assert(sizeof(csem) <= sizeof(sem_t), "sem overlay");
 _Static_assert(_Alignof(csem) <= _Alignof(sem_t), "sem align");
@@ -884,17 +893,60 @@ static int fail(int e) {
   return -1;
 }
 
+static inline bool libc_sem(sem_t *ps) {
+  return CS(ps)->tag != CSEM_TAG;
+}
+
 int iof_compat_sem_init(sem_t *ps, int pshared, unsigned value) {
   if (!ps || value > SEM_VALUE_MAX) return fail(EINVAL);
-  /* The waiters live on the waiting stacks of this process. */
-  if (pshared) return fail(ENOSYS);
   memset(ps, 0, sizeof *ps);
+  /* Our waiters live on this process's stacks: a process-shared one is
+   * libc's (untagged, see CSEM_TAG). */
+  if (pshared) return iof__libc.sem_init(ps, pshared, value);
   CS(ps)->value = value;
+  CS(ps)->tag = CSEM_TAG;
   return 0;
+}
+
+/* sem_wait & co on a libc semaphore. Outside fibers: libc's call. In a
+ * fiber: sem_trywait, then a fiber sleep growing from 50 us to 5 ms, so
+ * the other fibers of the thread (one of which may be the poster) run. */
+static int libc_sem_wait(sem_t *ps, clockid_t clock, const struct timespec *abs,
+                         bool timed) {
+  int64_t deadline = INT64_MAX;
+  if (timed) {
+    int r = iof__abs_to_mono(clock, abs, &deadline);
+    if (r < 0) return fail(-r);
+  }
+  if (!iof__cthr_fiber()) {
+    if (!timed) return iof__libc.sem_wait(ps);
+    if (clock == CLOCK_REALTIME) return iof__libc.sem_timedwait(ps, abs);
+    /* sem_timedwait only knows CLOCK_REALTIME: same remaining time. */
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    int64_t left = deadline - iof__now_ns();
+    if (left < 0) left = 0;
+    int64_t t = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec + left;
+    rt.tv_sec = (time_t)(t / 1000000000);
+    rt.tv_nsec = (long)(t % 1000000000);
+    return iof__libc.sem_timedwait(ps, &rt);
+  }
+  int64_t delay = 50000;
+  for (;;) {
+    if (iof__libc.sem_trywait(ps) == 0) return 0;
+    if (errno != EAGAIN) return -1;
+    int64_t left = deadline - iof__now_ns();
+    if (left <= 0) return fail(ETIMEDOUT);
+    int64_t d = delay < left ? delay : left;
+    struct timespec ts = {(time_t)(d / 1000000000), (long)(d % 1000000000)};
+    if (iof_compat_nanosleep(&ts, NULL) != 0 && errno != EINTR) return -1;
+    if (delay < 5000000) delay *= 2;
+  }
 }
 
 int iof_compat_sem_destroy(sem_t *ps) {
   if (!ps) return fail(EINVAL);
+  if (libc_sem(ps)) return iof__libc.sem_destroy(ps);
   csem *s = CS(ps);
   iof__lk_lock(&s->lk);
   bool busy = iof__wq_has_waiter(&s->q);
@@ -943,6 +995,7 @@ static bool sem_take(csem *s) {
 static int sem_wait_common(sem_t *ps, clockid_t clock,
                            const struct timespec *abs, bool timed) {
   if (!ps) return fail(EINVAL);
+  if (libc_sem(ps)) return libc_sem_wait(ps, clock, abs, timed);
   csem *s = CS(ps);
   if (sem_take(s)) return 0;
   int64_t deadline = -1;
@@ -977,11 +1030,13 @@ int iof_compat_sem_clockwait(sem_t *s, clockid_t clock,
 
 int iof_compat_sem_trywait(sem_t *ps) {
   if (!ps) return fail(EINVAL);
+  if (libc_sem(ps)) return iof__libc.sem_trywait(ps);
   return sem_take(CS(ps)) ? 0 : fail(EAGAIN);
 }
 
 int iof_compat_sem_post(sem_t *ps) {
   if (!ps) return fail(EINVAL);
+  if (libc_sem(ps)) return iof__libc.sem_post(ps);
   csem *s = CS(ps);
   iof__lk_lock(&s->lk);
   iof__wnode *n = iof__wq_claim_first(&s->q, 0);
@@ -999,6 +1054,7 @@ int iof_compat_sem_post(sem_t *ps) {
 
 int iof_compat_sem_getvalue(sem_t *ps, int *value) {
   if (!ps || !value) return fail(EINVAL);
+  if (libc_sem(ps)) return iof__libc.sem_getvalue(ps, value);
   csem *s = CS(ps);
   iof__lk_lock(&s->lk);
   *value = (int)s->value;

@@ -28,7 +28,21 @@ static struct {
   _Atomic uint32_t gen; /* odd: live */
   void (*_Atomic dtor)(void *);
 } keys[IOF_FLS_KEYS_MAX];
-static pthread_mutex_t keys_lock = PTHREAD_MUTEX_INITIALIZER;
+/* A spin lock, not a pthread mutex: libiofiber-hook routes
+ * pthread_key_create here, and allocators (jemalloc) create keys from their
+ * first malloc, which may come from another library's constructor before
+ * libiofiber's own filled the libc table a pthread mutex would go through.
+ * Held for a short scan of the key table, rarely contended. */
+static atomic_flag keys_lock = ATOMIC_FLAG_INIT;
+
+static void keys_lock_acquire(void) {
+  while (atomic_flag_test_and_set_explicit(&keys_lock, memory_order_acquire))
+    ;
+}
+
+static void keys_lock_release(void) {
+  atomic_flag_clear_explicit(&keys_lock, memory_order_release);
+}
 
 static int live(iof_fls_key k) {
   return k.index < IOF_FLS_KEYS_MAX && (k.gen & 1) &&
@@ -38,28 +52,28 @@ static int live(iof_fls_key k) {
 
 int iof_fls_key_create(iof_fls_key *key, void (*destructor)(void *)) {
   if (!key) return -EINVAL;
-  pthread_mutex_lock(&keys_lock);
+  keys_lock_acquire();
   for (uint32_t i = 0; i < IOF_FLS_KEYS_MAX; i++) {
     uint32_t g = atomic_load_explicit(&keys[i].gen, memory_order_relaxed);
     if (g & 1) continue;
     atomic_store_explicit(&keys[i].dtor, destructor, memory_order_relaxed);
     atomic_store_explicit(&keys[i].gen, g + 1, memory_order_release);
-    pthread_mutex_unlock(&keys_lock);
+    keys_lock_release();
     key->index = i;
     key->gen = g + 1;
     return 0;
   }
-  pthread_mutex_unlock(&keys_lock);
+  keys_lock_release();
   return -EAGAIN;
 }
 
 int iof_fls_key_delete(iof_fls_key key) {
-  pthread_mutex_lock(&keys_lock);
+  keys_lock_acquire();
   int ok = live(key);
   if (ok)
     atomic_store_explicit(&keys[key.index].gen, key.gen + 1,
                           memory_order_release);
-  pthread_mutex_unlock(&keys_lock);
+  keys_lock_release();
   return ok ? 0 : -EINVAL;
 }
 

@@ -73,6 +73,7 @@
   X(int, setsockopt, (int, int, int, const void *, socklen_t))                 \
   X(int, getsockopt, (int, int, int, void *, socklen_t *))                     \
   X(int, shutdown, (int, int))                                                 \
+  X(int, listen, (int, int))                                                   \
   X(int, getaddrinfo,                                                          \
     (const char *, const char *, const struct addrinfo *, struct addrinfo **)) \
   X(void, freeaddrinfo, (struct addrinfo *))                                   \

@@ -57,6 +57,7 @@
 #define setsockopt(...) iof__libc.setsockopt(__VA_ARGS__)
 #define getsockopt(...) iof__libc.getsockopt(__VA_ARGS__)
 #define shutdown(...) iof__libc.shutdown(__VA_ARGS__)
+#define listen(...) iof__libc.listen(__VA_ARGS__)
 #define getaddrinfo(...) iof__libc.getaddrinfo(__VA_ARGS__)
 #define freeaddrinfo(...) iof__libc.freeaddrinfo(__VA_ARGS__)
 #define gethostbyname(...) iof__libc.gethostbyname(__VA_ARGS__)

@@ -19,6 +19,11 @@ PACKAGES=(
   valgrind
   gdb
   curl
+  redis-server
+  redis-tools
+  libhiredis-dev
+  netcat-openbsd
+  python3
   libcurl4-openssl-dev
 )
 if [[ "${1:-}" == "--bench" ]]; then

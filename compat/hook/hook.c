@@ -103,13 +103,14 @@
     (c, fl, r, m))                                                             \
   X(FD, int, close, (int fd), (fd))                                            \
   X(FD, int, dup, (int fd), (fd))                                              \
-  X(FD, int, dup2, (int a, int b), (a, b))                                     \
-  X(FD, int, dup3, (int a, int b, int fl), (a, b, fl))                         \
+  X(DUP, int, dup2, (int a, int b), (a, b))                                    \
+  X(DUP, int, dup3, (int a, int b, int fl), (a, b, fl))                        \
   X(FD, int, setsockopt, (int fd, int lv, int nm, const void *v, socklen_t l), \
     (fd, lv, nm, v, l))                                                        \
   X(IO, int, getsockopt, (int fd, int lv, int nm, void *v, socklen_t *l),      \
     (fd, lv, nm, v, l))                                                        \
   X(IO, int, shutdown, (int fd, int how), (fd, how))                           \
+  X(IO, int, listen, (int fd, int backlog), (fd, backlog))                     \
   X(IO, int, getaddrinfo,                                                      \
     (const char *n, const char *s, const struct addrinfo *h,                   \
      struct addrinfo **r),                                                     \
@@ -240,6 +241,7 @@ static const char *const names[H_COUNT] = {
 #define WEAK(kind, ret, name, params, args) WEAK_##kind(ret, name, params)
 #define WEAK_OBJ WEAK_IO
 #define WEAK_FD WEAK_IO
+#define WEAK_DUP WEAK_IO
 #define WEAK_TID WEAK_IO
 #define WEAK_CNT(ret, name, params)
 HOOK_CALLS(WEAK)
@@ -307,7 +309,10 @@ static void *real_sym(int call) {
 
 /* ---- generated interposers -------------------------------------------- */
 
-/* IO: compat from a fiber, libc otherwise. */
+/* IO: compat from a fiber, libc otherwise. In a child forked from a fiber
+ * compat too (it knows it is no fiber there): an fd the runtime made
+ * non-blocking, shared with the parent, must still block for the child,
+ * which compat does with a plain poll. */
 #define DEF_IO(ret, name, params, args)                                        \
   IOF_HOOK_API ret name params {                                               \
     if (iof__hook_in_fiber()) {                                                \
@@ -318,6 +323,8 @@ static void *real_sym(int call) {
       count(H_##name, C_BLOCKED);                                              \
     } else {                                                                   \
       count(H_##name, C_PLAIN);                                                \
+      if (stepped_aside && !in_handler && iof_compat_##name)                   \
+        return iof_compat_##name args;                                         \
     }                                                                          \
     return REAL(name) args;                                                    \
   }
@@ -347,6 +354,24 @@ static void *real_sym(int call) {
     }                                                                          \
     count(H_##name, C_PLAIN);                                                  \
     return REAL(name) args;                                                    \
+  }
+
+/* DUP: dup2/dup3 (parameters a, b) as FD; in a child forked from a fiber,
+ * an fd dup'ed onto a standard stream goes back to blocking mode for the
+ * program the child execs (see fork). */
+static void restore_fd(int fd, int view_fd);
+#define DEF_DUP(ret, name, params, args)                                       \
+  IOF_HOOK_API ret name params {                                               \
+    if (fd_bookkeeping_of(name)) {                                             \
+      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    ret r_ = REAL(name) args;                                                  \
+    if (stepped_aside && r_ >= 0 && b >= 0 && b <= 2 && iof_compat_fcntl &&    \
+        runtime_ready)                                                         \
+      restore_fd(b, a);                                                        \
+    return r_;                                                                 \
   }
 
 /* TID: calls on a thread id; a fiber thread's id (odd) means nothing to
@@ -502,6 +527,15 @@ static void restore_blocking(bool inheritable_only) {
   closedir(d);
 }
 
+/* One fd back to blocking mode when the runtime alone made it
+ * non-blocking (the user's view, compat's F_GETFL, says blocking). */
+static void restore_fd(int fd, int view_fd) {
+  int k = REAL(fcntl)(fd, F_GETFL);
+  if (k < 0 || !(k & O_NONBLOCK)) return;
+  int u = iof_compat_fcntl(view_fd, F_GETFL);
+  if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
+}
+
 IOF_HOOK_API pid_t fork(void) {
   if (!iof__hook_in_fiber()) {
     count(H_fork, C_PLAIN);
@@ -511,8 +545,15 @@ IOF_HOOK_API pid_t fork(void) {
   pid_t p = iof_compat_fork ? iof_compat_fork() : REAL(fork)();
   if (p == 0) {
     stepped_aside = 1;
-    /* The child uses every fd plainly from now on, exec or not. */
-    restore_blocking(false);
+    /* What the child execs uses its standard streams: those go back to
+     * blocking mode, now and when the child dup2s an fd onto one of them
+     * (a CGI's pipes, see dup2). Every other fd stays as it is: the open
+     * file is shared, and a blocking mode would make the parent's fibers
+     * block their thread on it (a forking server's listening socket,
+     * Python multiprocessing's pipes); the child's own reads and writes on
+     * them still block, through compat (see DEF_IO). */
+    if (iof_compat_fcntl && runtime_ready)
+      for (int fd = 0; fd <= 2; fd++) restore_fd(fd, fd);
   }
   return p;
 }

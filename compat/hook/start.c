@@ -62,9 +62,9 @@ static void scrub_preload(void) {
 
 /* main runs as compat's first fiber thread (iof_main_ex): pthread_self and
  * pthread_exit work in it, and the pthreads it creates become fibers,
- * round-robin over IOF_THREADS io threads. When main returns, its value is
- * returned to libc, which exits: fibers still running end with the
- * process, as threads do. */
+ * round-robin over IOF_THREADS io threads. When main returns, the fiber
+ * calls exit with its value: fibers still running end with the process, as
+ * threads do, after the exit handlers ran among them. */
 typedef struct main_call {
   int argc;
   char **argv;
@@ -77,7 +77,10 @@ static int main_fiber(void *p) {
   main_call *c = p;
   c->ran = true;
   c->status = user_main(c->argc, c->argv, c->envp);
-  return 0;
+  /* Returning from main is exit(status), made here, while the fibers still
+   * run: atexit handlers and library destructors may join "threads" (libuv's
+   * thread pool in node does), which must be able to finish. */
+  exit(c->status);
 }
 
 static int run_main(int argc, char **argv, char **envp) {

@@ -6,6 +6,7 @@
 #include <iofiber/env.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern char **environ;
@@ -25,7 +26,9 @@ static int run_user_main(void *p) {
   user_call *c = p;
   c->ran = 1;
   c->status = iof_compat_user_main(c->argc, c->argv, environ);
-  return 0;
+  /* Returning from main is exit(status), made here while the other fiber
+   * threads still run: exit handlers and destructors may join them. */
+  exit(c->status);
 }
 
 int main(int argc, char **argv) {

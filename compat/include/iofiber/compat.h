@@ -81,6 +81,7 @@
 #define setsockopt iof_compat_setsockopt
 #define getsockopt iof_compat_getsockopt
 #define shutdown iof_compat_shutdown
+#define listen iof_compat_listen
 #define getaddrinfo iof_compat_getaddrinfo
 #define freeaddrinfo iof_compat_freeaddrinfo
 #define gethostbyname iof_compat_gethostbyname

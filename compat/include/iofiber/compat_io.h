@@ -145,6 +145,14 @@ IOF_API int iof_compat_getsockopt(int fd, int level, int name, void *val,
                                   socklen_t *len);
 IOF_API int iof_compat_shutdown(int fd, int how);
 
+/* listen(2). In a fiber a backlog below IOF_COMPAT_LISTEN_MIN is raised
+ * to it: the accepting "thread" shares its OS thread with the connections
+ * it starts, so the kernel's queue must hold the connections that arrive
+ * while they run (with a backlog of 5, a burst of clients meets dropped
+ * SYNs and one-second retransmits). Errors as listen(2). */
+#define IOF_COMPAT_LISTEN_MIN 128
+IOF_API int iof_compat_listen(int fd, int backlog);
+
 /* ---- name resolution ---------------------------------------------------
  * As getaddrinfo(3), freeaddrinfo(3), gethostbyname(3),
  * gethostbyname_r(3). In a fiber the lookup runs on the resolver threads

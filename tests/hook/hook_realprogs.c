@@ -1,0 +1,481 @@
+/* Unmodified third-party programs under iofiber-run, driven by this
+ * program (which runs plain):
+ * - python3 -m http.server (ThreadingHTTPServer: a thread per request,
+ *   which become fibers) serves 200 requests from 10 concurrent clients on
+ *   one OS thread, then exits on SIGINT;
+ * - python3 threads: 50 socket clients of an echo server (itself a thread
+ *   per connection), each then sleeping 200 ms, overlap on fibers;
+ * - redis-cli (linked with jemalloc, which creates pthread keys from
+ *   another library's constructor) against a redis-server started here;
+ * - nc (netcat-openbsd) as a server and as a client.
+ * A program that is not installed is skipped (scripts/install-deps.sh
+ * installs them all). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "test_support.h"
+
+#define PYTHON "/usr/bin/python3"
+#define REDIS_SERVER "/usr/bin/redis-server"
+#define REDIS_CLI "/usr/bin/redis-cli"
+#define NC "/usr/bin/nc"
+#define REDIS_BENCH "/usr/bin/redis-benchmark"
+
+static int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(s >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof a;
+  assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(getsockname(s, (struct sockaddr *)&a, &l), 0);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+static int connect_to(int port) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(s);
+    return -1;
+  }
+  struct timeval tv = {5, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return s;
+}
+
+/* Waits (up to ~5 s) until something listens on port; false if pid died. */
+static bool wait_listening(int port, pid_t pid) {
+  for (int i = 0; i < 250; i++) {
+    int s = connect_to(port);
+    if (s >= 0) {
+      close(s);
+      return true;
+    }
+    if (pid > 0 && waitpid(pid, NULL, WNOHANG) == pid) return false;
+    usleep(20000);
+  }
+  return false;
+}
+
+/* Starts argv with stdin from in_fd (or /dev/null), stdout and stderr to
+ * the files given (NULL: /dev/null). */
+static pid_t spawn(const char *const *argv, int in_fd, const char *out,
+                   const char *err) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int i = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
+    int o = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = open(err ? err : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(i, 0), dup2(o, 1), dup2(e, 2);
+    unsetenv("LD_PRELOAD");
+    unsetenv("IOF_RUN");
+    execv(argv[0], (char *const *)argv);
+    _exit(99);
+  }
+  return pid;
+}
+
+static int wait_exit(pid_t pid, int seconds) {
+  for (int i = 0; i < seconds * 50; i++) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+static size_t slurp(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return buf[0] = '\0', 0;
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return n;
+}
+
+static int os_threads(pid_t pid) {
+  char path[64], buf[4096];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  slurp(path, buf, sizeof buf);
+  const char *t = strstr(buf, "Threads:");
+  return t ? atoi(t + 8) : -1;
+}
+
+static char tmpdir[] = "/tmp/iof-realprogs-XXXXXX";
+
+static void tmp_path(char *out, size_t cap, const char *name) {
+  snprintf(out, cap, "%s/%s", tmpdir, name);
+}
+
+/* ---- python3 -m http.server ------------------------------------------- */
+
+#define HTTP_CLIENTS 10
+#define HTTP_PER_CLIENT 20
+static const char body_text[] = "served by python on fibers\n";
+static int http_port;
+
+static bool http_get_ok(void) {
+  int s = connect_to(http_port);
+  if (s < 0) return false;
+  static const char req[] = "GET /f.txt HTTP/1.0\r\nHost: x\r\n\r\n";
+  bool ok = write(s, req, sizeof req - 1) == (ssize_t)(sizeof req - 1);
+  char buf[2048];
+  size_t n = 0;
+  ssize_t r;
+  while (ok && n < sizeof buf - 1 &&
+         (r = read(s, buf + n, sizeof buf - 1 - n)) > 0)
+    n += (size_t)r;
+  buf[n] = '\0';
+  close(s);
+  return ok && !strncmp(buf, "HTTP/1.0 200", 12) && n > sizeof body_text - 1 &&
+         !strcmp(buf + n - (sizeof body_text - 1), body_text);
+}
+
+static void *http_client(void *arg) {
+  intptr_t ok = 0;
+  for (int i = 0; i < HTTP_PER_CLIENT; i++) ok += http_get_ok();
+  (void)arg;
+  return (void *)ok;
+}
+
+static void test_python_http_server(void **state) {
+  (void)state;
+  if (access(PYTHON, X_OK) != 0) skip();
+  char f[128], err[128], buf[8192];
+  tmp_path(f, sizeof f, "f.txt");
+  FILE *fp = fopen(f, "w");
+  assert_non_null(fp);
+  fputs(body_text, fp);
+  fclose(fp);
+  tmp_path(err, sizeof err, "http.err");
+  http_port = free_port();
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", http_port);
+  pid_t pid = spawn(
+      (const char *const[]){IOF_RUN_PATH, PYTHON, "-m", "http.server", ps,
+                            "--bind", "127.0.0.1", "--directory", tmpdir, NULL},
+      -1, NULL, err);
+  if (!wait_listening(http_port, pid)) {
+    slurp(err, buf, sizeof buf);
+    fail_msg("http.server did not start: %s", buf);
+  }
+  pthread_t t[HTTP_CLIENTS];
+  for (int i = 0; i < HTTP_CLIENTS; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, http_client, NULL), 0);
+  intptr_t ok = 0;
+  for (int i = 0; i < HTTP_CLIENTS; i++) {
+    void *r;
+    pthread_join(t[i], &r);
+    ok += (intptr_t)r;
+  }
+  /* Every request thread was a fiber: one io thread (plus, at most, the
+   * resolver's worker, started by http.server's getaddrinfo of its bind
+   * address), where plain Python would have run up to 10 at once. */
+  int threads = os_threads(pid);
+  kill(pid, SIGINT);
+  int st = wait_exit(pid, 10);
+  slurp(err, buf, sizeof buf);
+  print_message("python http.server under iofiber-run: %d/%d requests ok, "
+                "%d OS thread(s), exit %d\n",
+                (int)ok, HTTP_CLIENTS * HTTP_PER_CLIENT, threads, st);
+  assert_int_equal(ok, HTTP_CLIENTS * HTTP_PER_CLIENT);
+  assert_true(threads >= 1 && threads <= 2);
+  assert_int_equal(st, 0);
+  assert_non_null(strstr(buf, "GET /f.txt"));
+}
+
+/* ---- python3 threads --------------------------------------------------- */
+
+static const char py_threads[] =
+    "import socket, threading, time, queue\n"
+    "srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(128)\n"
+    "def handle(c):\n"
+    "    with c:\n"
+    "        while d := c.recv(65536): c.sendall(d.upper())\n"
+    "def acceptor():\n"
+    "    while True:\n"
+    "        c, _ = srv.accept()\n"
+    "        threading.Thread(target=handle, args=(c,), daemon=True).start()\n"
+    "threading.Thread(target=acceptor, daemon=True).start()\n"
+    "res = queue.Queue()\n"
+    "def client(i):\n"
+    "    s = socket.create_connection(srv.getsockname(), timeout=5)\n"
+    "    msg = (f'msg-{i}-' * 500).encode()\n"
+    "    s.sendall(msg); s.shutdown(socket.SHUT_WR)\n"
+    "    got = b''\n"
+    "    while d := s.recv(65536): got += d\n"
+    "    s.close(); time.sleep(0.2); res.put(got == msg.upper())\n"
+    "t0 = time.monotonic()\n"
+    "ts = [threading.Thread(target=client, args=(i,)) for i in range(50)]\n"
+    "[t.start() for t in ts]; [t.join() for t in ts]\n"
+    "el = time.monotonic() - t0\n"
+    "a, b = socket.socketpair(); a.settimeout(0.1)\n"
+    "try: a.recv(1); to = 'none'\n"
+    "except socket.timeout: to = 'timeout'\n"
+    "print(sum(res.get() for _ in range(50)), 'fast' if el < 2 else el, to)\n";
+
+static void test_python_threads(void **state) {
+  (void)state;
+  if (access(PYTHON, X_OK) != 0) skip();
+  char out[128], err[128], buf[4096];
+  tmp_path(out, sizeof out, "py.out");
+  tmp_path(err, sizeof err, "py.err");
+  pid_t pid =
+      spawn((const char *const[]){IOF_RUN_PATH, PYTHON, "-c", py_threads, NULL},
+            -1, out, err);
+  int st = wait_exit(pid, 15);
+  slurp(err, buf, sizeof buf);
+  if (st != 0) fail_msg("python exit %d: %s", st, buf);
+  slurp(out, buf, sizeof buf);
+  assert_string_equal(buf, "50 fast timeout\n");
+}
+
+/* ---- python3 multiprocessing ------------------------------------------- */
+
+/* Worker processes forked by a fiber, named semaphores (sem_open) as
+ * locks, pipes shared with the children, and a pool thread that polls
+ * with a zero timeout while another thread reads the results. */
+static const char py_mp[] =
+    "import multiprocessing as m, threading\n"
+    "def sq(x): return x * x\n"
+    "with m.Pool(3) as p: print(sum(p.map(sq, range(1000))))\n"
+    "q = m.Queue(); ps = [m.Process(target=q.put, args=(i,)) for i in "
+    "range(5)]\n"
+    "[x.start() for x in ps]; print(sorted(q.get() for _ in ps))\n"
+    "[x.join() for x in ps]\n"
+    "lk = m.Lock(); n = [0]\n"
+    "def w():\n"
+    "    for _ in range(200):\n"
+    "        with lk: n[0] += 1\n"
+    "ts = [threading.Thread(target=w) for _ in range(5)]\n"
+    "[t.start() for t in ts]; [t.join() for t in ts]; print(n[0])\n";
+
+static void test_python_multiprocessing(void **state) {
+  (void)state;
+  if (access(PYTHON, X_OK) != 0) skip();
+  char out[128], err[128], buf[4096];
+  tmp_path(out, sizeof out, "mp.out");
+  tmp_path(err, sizeof err, "mp.err");
+  pid_t pid =
+      spawn((const char *const[]){IOF_RUN_PATH, PYTHON, "-c", py_mp, NULL}, -1,
+            out, err);
+  int st = wait_exit(pid, 15);
+  slurp(err, buf, sizeof buf);
+  if (st != 0) fail_msg("python exit %d: %s", st, buf);
+  slurp(out, buf, sizeof buf);
+  assert_string_equal(buf, "332833500\n[0, 1, 2, 3, 4]\n1000\n");
+}
+
+/* ---- node -------------------------------------------------------------- */
+
+/* libuv's thread pool (fs, crypto) runs on fibers; at exit libuv's
+ * destructor joins those "threads", which needs them still running. */
+static const char node_js[] =
+    "const http = require('http');\n"
+    "const srv = http.createServer((q, s) => s.end('hi ' + q.url));\n"
+    "srv.listen(0, '127.0.0.1', () => {\n"
+    "  const port = srv.address().port; let n = 0;\n"
+    "  for (let i = 0; i < 20; i++)\n"
+    "    http.get(`http://127.0.0.1:${port}/${i}`, r => {\n"
+    "      let d = ''; r.on('data', c => d += c);\n"
+    "      r.on('end', () => { if (d === 'hi /' + i) n++;\n"
+    "        if (n === 20) { console.log('http 20'); srv.close(); } });\n"
+    "    });\n"
+    "});\n"
+    "require('fs').readFile('/proc/self/status', (e, d) => console.log('fs',"
+    " !e));\n"
+    "require('crypto').pbkdf2('a', 'b', 1000, 32, 'sha256', (e, k) =>\n"
+    "  console.log('crypto', k.length));\n";
+
+static void test_node(void **state) {
+  (void)state;
+  const char *node = access("/usr/bin/node", X_OK) == 0     ? "/usr/bin/node"
+                     : access("/usr/bin/nodejs", X_OK) == 0 ? "/usr/bin/nodejs"
+                                                            : NULL;
+  if (!node) skip();
+  char out[128], err[128], buf[4096];
+  tmp_path(out, sizeof out, "node.out");
+  tmp_path(err, sizeof err, "node.err");
+  pid_t pid =
+      spawn((const char *const[]){IOF_RUN_PATH, node, "-e", node_js, NULL}, -1,
+            out, err);
+  int st = wait_exit(pid, 15);
+  slurp(err, buf, sizeof buf);
+  if (st != 0) fail_msg("node exit %d: %s", st, buf);
+  slurp(out, buf, sizeof buf);
+  assert_non_null(strstr(buf, "http 20\n"));
+  assert_non_null(strstr(buf, "fs true\n"));
+  assert_non_null(strstr(buf, "crypto 32\n"));
+}
+
+/* ---- redis-cli --------------------------------------------------------- */
+
+static void redis_cli(int port, const char *const *args, char *buf,
+                      size_t cap) {
+  char ps[16], out[128];
+  snprintf(ps, sizeof ps, "%d", port);
+  const char *argv[16] = {IOF_RUN_PATH, REDIS_CLI, "-p", ps};
+  int n = 4;
+  while (*args && n < 15) argv[n++] = *args++;
+  argv[n] = NULL;
+  tmp_path(out, sizeof out, "redis.out");
+  pid_t pid = spawn(argv, -1, out, NULL);
+  assert_int_equal(wait_exit(pid, 10), 0);
+  slurp(out, buf, cap);
+}
+
+static void test_redis_cli(void **state) {
+  (void)state;
+  if (access(REDIS_SERVER, X_OK) != 0 || access(REDIS_CLI, X_OK) != 0) skip();
+  int port = free_port();
+  char ps[16], buf[256];
+  snprintf(ps, sizeof ps, "%d", port);
+  pid_t srv = spawn((const char *const[]){REDIS_SERVER, "--port", ps, "--bind",
+                                          "127.0.0.1", "--save", "",
+                                          "--appendonly", "no", NULL},
+                    -1, NULL, NULL);
+  assert_true(wait_listening(port, srv));
+  redis_cli(port, (const char *const[]){"PING", NULL}, buf, sizeof buf);
+  assert_string_equal(buf, "PONG\n");
+  redis_cli(port, (const char *const[]){"SET", "k", "41", NULL}, buf,
+            sizeof buf);
+  assert_string_equal(buf, "OK\n");
+  redis_cli(port, (const char *const[]){"INCR", "k", NULL}, buf, sizeof buf);
+  assert_string_equal(buf, "42\n");
+  uint64_t t0 = iof_test_now_ns();
+  redis_cli(port, (const char *const[]){"BLPOP", "none", "0.2", NULL}, buf,
+            sizeof buf);
+  assert_true(iof_test_now_ns() - t0 >= 190000000u);
+  assert_string_equal(buf, "\n"); /* nil */
+  /* redis-benchmark with 2 threads, each its own event loop: fibers. */
+  if (access(REDIS_BENCH, X_OK) == 0) {
+    char out[128];
+    tmp_path(out, sizeof out, "redis.out");
+    pid_t b =
+        spawn((const char *const[]){IOF_RUN_PATH, REDIS_BENCH, "-p", ps, "-n",
+                                    "1000", "-c", "10", "-t", "set,get", "-q",
+                                    "--threads", "2", NULL},
+              -1, out, NULL);
+    assert_int_equal(wait_exit(b, 15), 0);
+    char rb[4096];
+    slurp(out, rb, sizeof rb);
+    assert_non_null(strstr(rb, "SET: "));
+    assert_non_null(strstr(rb, "GET: "));
+  }
+  kill(srv, SIGTERM);
+  assert_true(wait_exit(srv, 10) >= 0);
+}
+
+/* ---- nc ---------------------------------------------------------------- */
+
+static void test_nc(void **state) {
+  (void)state;
+  if (access(NC, X_OK) != 0) skip();
+  /* nc listening, under iofiber-run: what a plain client sends comes out. */
+  int port = free_port();
+  char ps[16], out[128], buf[256];
+  snprintf(ps, sizeof ps, "%d", port);
+  tmp_path(out, sizeof out, "nc.out");
+  pid_t pid = spawn(
+      (const char *const[]){IOF_RUN_PATH, NC, "-l", "127.0.0.1", ps, NULL}, -1,
+      out, NULL);
+  /* nc serves one client: the first connection that succeeds is it. */
+  int s = -1;
+  for (int i = 0; i < 250 && s < 0; i++) {
+    s = connect_to(port);
+    if (s < 0) usleep(20000);
+  }
+  assert_true(s >= 0);
+  assert_int_equal(write(s, "to nc\n", 6), 6);
+  close(s);
+  assert_int_equal(wait_exit(pid, 10), 0);
+  slurp(out, buf, sizeof buf);
+  assert_string_equal(buf, "to nc\n");
+
+  /* nc as a client under iofiber-run, stdin a pipe, -N: shut down at EOF. */
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(l, 1), 0);
+  assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+  snprintf(ps, sizeof ps, "%d", ntohs(a.sin_port));
+  int p[2];
+  assert_int_equal(pipe2(p, O_CLOEXEC), 0); /* nc must not hold p[1] */
+  pid = spawn(
+      (const char *const[]){IOF_RUN_PATH, NC, "-N", "127.0.0.1", ps, NULL},
+      p[0], out, NULL);
+  close(p[0]);
+  assert_int_equal(write(p[1], "from nc\n", 8), 8);
+  close(p[1]);
+  int c = accept(l, NULL, NULL);
+  assert_true(c >= 0);
+  struct timeval tv = {5, 0};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  size_t n = 0;
+  ssize_t r;
+  while (n < sizeof buf - 1 && (r = read(c, buf + n, sizeof buf - 1 - n)) > 0)
+    n += (size_t)r;
+  buf[n] = '\0';
+  assert_string_equal(buf, "from nc\n");
+  assert_int_equal(write(c, "reply\n", 6), 6);
+  close(c);
+  close(l);
+  assert_int_equal(wait_exit(pid, 10), 0);
+  slurp(out, buf, sizeof buf);
+  assert_string_equal(buf, "reply\n");
+}
+
+IOF_TEST_WATCHDOG(setup, teardown, 40)
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  if (!mkdtemp(tmpdir)) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_python_http_server, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_python_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_python_multiprocessing, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_node, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_redis_cli, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_nc, setup, teardown),
+  };
+  int r = cmocka_run_group_tests(tests, NULL, NULL);
+  const char *names[] = {"f.txt",     "http.err", "py.out", "py.err",
+                         "redis.out", "nc.out",   "mp.out", "mp.err",
+                         "node.out",  "node.err"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    char p[128];
+    tmp_path(p, sizeof p, names[i]);
+    unlink(p);
+  }
+  rmdir(tmpdir);
+  return r;
+}
