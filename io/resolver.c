@@ -113,8 +113,7 @@ static void shutdown_rs(iof_service *svc) {
   pthread_cond_broadcast(&rs->cv);
   int started = rs->started;
   pthread_mutex_unlock(&rs->lock);
-  for (int i = 0; i < started; i++)
-    pthread_join(rs->threads[i], NULL);
+  for (int i = 0; i < started; i++) pthread_join(rs->threads[i], NULL);
   rs->started = 0;
 }
 
@@ -150,8 +149,7 @@ static int arm(iof_io_op *op) {
   int max = iof__resolver_max_threads;
   if (max < 1 || max > MAX_WORKERS) max = MAX_WORKERS;
   if (rs->idle <= queued && rs->started < max) {
-    if (pthread_create(&rs->threads[rs->started], NULL, worker, rs) ==
-        0)
+    if (pthread_create(&rs->threads[rs->started], NULL, worker, rs) == 0)
       rs->started++;
     else if (!rs->started) {
       pthread_mutex_unlock(&rs->lock);

@@ -179,8 +179,8 @@ static void proxy_relays_half_close_and_idle(void **state) {
   char tp[16];
   snprintf(tp, sizeof tp, "%d", tport);
   proc p;
-  const char *const args[] = {"iof-proxy",  "0",   "127.0.0.1", tp,
-                              "--idle", "300", NULL};
+  const char *const args[] = {"iof-proxy", "0",   "127.0.0.1", tp,
+                              "--idle",    "300", NULL};
   start(&p, args);
 
   /* Both ways, then a half-close from the client. */
@@ -294,8 +294,8 @@ static uint64_t offload_hash(const char *s, long rounds) {
 static void offload_hashes_on_the_pool(void **state) {
   (void)state;
   proc p;
-  const char *const args[] = {"iof-offload",   "0", "--rounds",  "1000",
-                              "--threads", "2", "--verbose", NULL};
+  const char *const args[] = {"iof-offload", "0", "--rounds",  "1000",
+                              "--threads",   "2", "--verbose", NULL};
   start(&p, args);
   int c1 = connect_port(p.port), c2 = connect_port(p.port);
   const char *lines[] = {"alpha", "", "a somewhat longer line"};
