@@ -36,7 +36,7 @@ static int bounded(int64_t ns, iof_fn fn, void *arg, bool linked) {
   if (iof_stop_source_init(&d.child) < 0) return -ENOMEM;
   iof_stop_callback parent = {0};
   if (linked)
-    iof_stop_callback_register(&parent, self->env->stop_token, on_parent, &d);
+    iof__stop_callback_register(&parent, self->env->stop_token, on_parent, &d);
   bool armed = false;
   if (ns <= 0) {
     atomic_store(&d.fired, true);

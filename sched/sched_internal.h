@@ -33,6 +33,13 @@ typedef struct iof_chain {
   void *wait_aw;
 } iof_chain;
 
+/* iof_stop_callback_register for the runtime's own fresh records: skips
+ * the public call's double-registration check (which reads the record's
+ * previous contents). */
+IOF_HIDDEN int iof__stop_callback_register(iof_stop_callback *cb,
+                                           iof_stop_token tok,
+                                           void (*fn)(void *arg), void *arg);
+
 /* Adds a new chain to the registry of live fibers / removes it (before its
  * frame is freed). One short lock each; nothing on switches. */
 IOF_HIDDEN void iof__debug_register(iof_chain *c);

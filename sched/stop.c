@@ -114,6 +114,13 @@ int iof_stop_callback_register(iof_stop_callback *cb, iof_stop_token tok,
   if (cb->linked == 1 && cb->state && cb->state == tok.state &&
       linked_in(tok.state, cb))
     return -EBUSY; /* relinking would corrupt (or loop) the list */
+  return iof__stop_callback_register(cb, tok, fn, arg);
+}
+
+/* The runtime's own records are fresh (on the waiter's stack): no check of
+ * what they held before, which would read uninitialized memory. */
+int iof__stop_callback_register(iof_stop_callback *cb, iof_stop_token tok,
+                                void (*fn)(void *arg), void *arg) {
   cb->fn = fn;
   cb->arg = arg;
   cb->prev = cb->next = NULL;

@@ -292,7 +292,7 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
     /* Before publication: a request from now on aborts the wait (early or
      * pending); one that came already leaves the state EARLY_CANCELED and
      * the suspend below resumes at once. */
-    iof_stop_callback_register(&w->stop_cb, env->stop_token, on_stop, w);
+    iof__stop_callback_register(&w->stop_cb, env->stop_token, on_stop, w);
     stop_reg = true;
   }
   wait_aw a = {op, begin, w, false};

@@ -110,8 +110,8 @@ static int run_group(group *g, size_t n) {
   atomic_init(&g->winner, -1);
   g->win_status = 0;
   iof_stop_callback parent_cb;
-  iof_stop_callback_register(&parent_cb, env->stop_token, forward_stop,
-                             &g->src);
+  iof__stop_callback_register(&parent_cb, env->stop_token, forward_stop,
+                              &g->src);
   iof_launch_opts opts = {0};
   opts.stop_token = iof_stop_source_token(&g->src);
   opts.frame_allocator = iof_current_frame_allocator();
