@@ -323,7 +323,10 @@ static void *real_sym(int call) {
       count(H_##name, C_BLOCKED);                                              \
     } else {                                                                   \
       count(H_##name, C_PLAIN);                                                \
-      if (stepped_aside && !in_handler && iof_compat_##name)                   \
+      /* A plain thread on an fd the runtime made non-blocking must still      \
+       * block: compat emulates that (and is the plain call otherwise). */     \
+      if ((stepped_aside && !in_handler && iof_compat_##name) ||               \
+          fd_bookkeeping_of(name))                                             \
         return iof_compat_##name args;                                         \
     }                                                                          \
     return REAL(name) args;                                                    \

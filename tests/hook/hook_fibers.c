@@ -230,6 +230,64 @@ static void test_close_from_thread_wakes_fiber(void **state) {
   close(c.sv[1]);
 }
 
+/* ---- a plain thread on an fd a fiber used ----------------------------- */
+
+/* A fiber's blocking read leaves the socket non-blocking in the kernel (the
+ * runtime's flag). A plain thread that reads it later must still block
+ * until data comes, as it would without the hook, not get EAGAIN. */
+typedef struct shared_fd {
+  int sv[2];
+  ssize_t fiber_got;
+} shared_fd;
+
+static int fiber_reads_then_feeds(void *arg) {
+  shared_fd *c = arg;
+  char b;
+  c->fiber_got = read(c->sv[0], &b, 1); /* waits: data comes from below */
+  return 0;
+}
+
+static int fiber_feeds(void *arg) {
+  shared_fd *c = arg;
+  usleep(20 * 1000);
+  return write(c->sv[1], "a", 1) == 1 ? 0 : -errno;
+}
+
+static int two_fibers(void *arg) {
+  const iof_env *env = iof_env_current();
+  int r = iof_launch(env->executor, fiber_reads_then_feeds, arg);
+  if (r == 0) r = iof_launch(env->executor, fiber_feeds, arg);
+  return r;
+}
+
+static void *late_writer(void *arg) {
+  shared_fd *c = arg;
+  usleep(100 * 1000);
+  (void)!write(c->sv[1], "b", 1);
+  return NULL;
+}
+
+static void test_plain_thread_blocks_on_fiber_fd(void **state) {
+  (void)state;
+  shared_fd c = {.fiber_got = -2};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.sv), 0);
+  assert_int_equal(hook_run_fibers(1, two_fibers, &c), 0);
+  assert_int_equal(c.fiber_got, 1);
+  assert_true(fcntl(c.sv[0], F_GETFL) >= 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, late_writer, &c), 0);
+  uint64_t t0 = iof_test_now_ns();
+  char b = 0;
+  ssize_t n = read(c.sv[0], &b, 1); /* this thread runs no fiber */
+  int64_t waited = ms_since(t0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(b, 'b');
+  assert_true(waited >= 50);
+  close(c.sv[0]);
+  close(c.sv[1]);
+}
+
 /* ---- libev's own write from inside a fiber ---------------------------- */
 
 /* A fiber launching onto another thread's io_context wakes that loop with
@@ -337,6 +395,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_getaddrinfo_100, setup, teardown),
       cmocka_unit_test_setup_teardown(test_close_from_thread_wakes_fiber, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_plain_thread_blocks_on_fiber_fd,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_libev_write_from_fiber, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_system_child_sees_blocking_fds,
