@@ -41,6 +41,15 @@ IOF_HIDDEN iof_io_context *iof__io_of(iof_execution_context *ctx);
 /* Queues h on io (any thread), even during its shutdown. */
 IOF_HIDDEN void iof__io_enqueue(iof_io_context *io, iof_fiber *h);
 
+/* iof_io_context_executor and the work count without the calls through
+ * the executor table: the io wait path runs them on every wait. */
+IOF_HIDDEN extern const iof_executor_vtbl iof__io_vtbl;
+static inline iof_executor_ref iof__io_executor(iof_io_context *io) {
+  return iof_executor_make(io, &iof__io_vtbl);
+}
+IOF_HIDDEN void iof__io_work_started(iof_io_context *io);
+IOF_HIDDEN void iof__io_work_finished(iof_io_context *io);
+
 /* A blocking operation on something registered with `io` (a socket, a
  * timer object, a signal, a resolver request): the one wait record of
  * sched/ (sync_internal.h) plus how to arm it on io's loop.
