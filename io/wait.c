@@ -75,7 +75,7 @@ int iof__io_wait(iof_io_op *op, int64_t deadline_ns) {
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return -EPERM;
   iof_io_context *io = op->io;
-  if (iof_stop_requested(self->env->stop_token) ||
+  if (iof__stop_requested(self->env->stop_token) ||
       iof_execution_context_stopping(&io->ctx))
     return -ECANCELED;
   if (!iof__thread_runs(&io->ctx)) {

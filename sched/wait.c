@@ -267,7 +267,7 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
                        int flags) {
   const iof_env *env = self->env;
   bool cancellable = flags & IOF__WAIT_CANCELLABLE;
-  if (cancellable && iof_stop_requested(env->stop_token)) return -ECANCELED;
+  if (cancellable && iof__stop_requested(env->stop_token)) return -ECANCELED;
   bool io = where.vt != NULL || (flags & IOF__WAIT_IO);
   if (!where.vt) where = env->executor;
   w->fiber = self;
