@@ -369,8 +369,12 @@ int iof_fiber_resume(iof_fiber *f) {
   return switch_to(th, self, f, SW_RESUME, NULL, NULL);
 }
 
-iof_fiber *iof_fiber_current(void) {
-  iof_thread_state *th = iof__thread();
+/* Reads the thread state itself rather than through iof__thread: it is
+ * asked several times per operation, and noinline keeps the TLS address
+ * from being cached across a switch in any caller. */
+__attribute__((noinline)) iof_fiber *iof_fiber_current(void) {
+  iof_thread_state *th = &tls_state;
+  if (__builtin_expect(!th->ready, 0)) thread_init(th);
   return th->current == &th->root ? NULL : th->current;
 }
 
