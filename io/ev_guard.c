@@ -40,9 +40,9 @@
 
 #define RESERVE_MIN (256 * 1024)
 
-static void *_Atomic reserve;    /* the emergency block, or NULL */
-static atomic_long reserve_size; /* its size while present */
-static atomic_long largest;      /* largest request libev made */
+void *_Atomic iof__ev_reserve;    /* the emergency block, or NULL */
+atomic_long iof__ev_reserve_size; /* its size (>= RESERVE_MIN) while present */
+atomic_long iof__ev_largest;      /* largest request libev made */
 static atomic_int fd_reserve[2] = {-1, -1};
 static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread int tls_syserr; /* errno of the last syserr here */
@@ -60,12 +60,13 @@ static void *ev_alloc(void *ptr, long size) EV_NOEXCEPT {
     free(ptr);
     return NULL;
   }
-  long big = atomic_load_explicit(&largest, memory_order_relaxed);
-  while (size > big && !atomic_compare_exchange_weak(&largest, &big, size)) {
+  long big = atomic_load_explicit(&iof__ev_largest, memory_order_relaxed);
+  while (size > big &&
+         !atomic_compare_exchange_weak(&iof__ev_largest, &big, size)) {
   }
   void *p = realloc(ptr, (size_t)size);
   if (p) return p;
-  void *r = atomic_exchange(&reserve, NULL);
+  void *r = atomic_exchange(&iof__ev_reserve, NULL);
   if (r) {
     free(r);
     p = realloc(ptr, (size_t)size);
@@ -123,8 +124,8 @@ static void init(void) {
   take_fd_reserve();
   void *r = malloc(RESERVE_MIN);
   if (r) {
-    atomic_store(&reserve_size, RESERVE_MIN);
-    atomic_store(&reserve, r);
+    atomic_store(&iof__ev_reserve_size, RESERVE_MIN);
+    atomic_store(&iof__ev_reserve, r);
   }
 }
 
@@ -132,19 +133,19 @@ void iof__ev_init(void) {
   pthread_once(&init_once, init);
 }
 
-int iof__ev_mem_ok(void) {
-  long want =
-      2 * atomic_load_explicit(&largest, memory_order_relaxed) + 64 * 1024;
+int iof__ev_mem_refill(void) {
+  long want = 2 * atomic_load_explicit(&iof__ev_largest, memory_order_relaxed) +
+              64 * 1024;
   if (want < RESERVE_MIN) want = RESERVE_MIN;
-  void *r = atomic_load_explicit(&reserve, memory_order_acquire);
-  if (__builtin_expect(r && atomic_load_explicit(&reserve_size,
+  void *r = atomic_load_explicit(&iof__ev_reserve, memory_order_acquire);
+  if (__builtin_expect(r && atomic_load_explicit(&iof__ev_reserve_size,
                                                  memory_order_relaxed) >= want,
                        1))
     return 0;
   void *fresh = malloc((size_t)want);
   if (!fresh) return r ? 0 : -ENOMEM; /* a smaller reserve still helps */
-  atomic_store(&reserve_size, want);
-  free(atomic_exchange(&reserve, fresh));
+  atomic_store(&iof__ev_reserve_size, want);
+  free(atomic_exchange(&iof__ev_reserve, fresh));
   return 0;
 }
 

@@ -64,24 +64,30 @@ static iof_execution_context *io_context_of(const void *ex) {
   return &((iof_io_context *)ex)->ctx;
 }
 
-static void io_work_started(const void *ex) {
-  atomic_fetch_add_explicit(&((iof_io_context *)ex)->work, 1,
-                            memory_order_relaxed);
+void iof__io_work_started(iof_io_context *io) {
+  atomic_fetch_add_explicit(&io->work, 1, memory_order_relaxed);
 }
 
-static void io_work_finished(const void *ex) {
-  iof_io_context *io = (iof_io_context *)ex;
+void iof__io_work_finished(iof_io_context *io) {
   if (atomic_fetch_sub_explicit(&io->work, 1, memory_order_acq_rel) == 1 &&
       !on_loop_thread(io))
     ev_async_send(io->loop, &io->wake); /* let a blocked run see it */
 }
 
-static const iof_executor_vtbl io_vtbl = {
+static void io_work_started(const void *ex) {
+  iof__io_work_started((iof_io_context *)ex);
+}
+
+static void io_work_finished(const void *ex) {
+  iof__io_work_finished((iof_io_context *)ex);
+}
+
+const iof_executor_vtbl iof__io_vtbl = {
     io_dispatch,   io_post,         NULL,
     io_context_of, io_work_started, io_work_finished};
 
 __attribute__((constructor)) static void name_io(void) {
-  iof__debug_label(&io_vtbl, "io_context", NULL);
+  iof__debug_label(&iof__io_vtbl, "io_context", NULL);
 }
 
 /* Resumes the fibers ready now, at most max of them (max < 0: all);
@@ -308,7 +314,7 @@ iof_io_context *iof_io_context_attach(struct ev_loop *loop) {
 }
 
 iof_executor_ref iof_io_context_executor(iof_io_context *io) {
-  return iof_executor_make(io, io ? &io_vtbl : NULL);
+  return iof_executor_make(io, io ? &iof__io_vtbl : NULL);
 }
 
 iof_execution_context *iof_io_context_context(iof_io_context *io) {

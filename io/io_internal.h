@@ -9,6 +9,7 @@
 
 #include "sched/sync_internal.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 typedef struct iof_io_op iof_io_op;
@@ -40,6 +41,15 @@ IOF_HIDDEN iof_io_context *iof__io_of(iof_execution_context *ctx);
 
 /* Queues h on io (any thread), even during its shutdown. */
 IOF_HIDDEN void iof__io_enqueue(iof_io_context *io, iof_fiber *h);
+
+/* iof_io_context_executor and the work count without the calls through
+ * the executor table: the io wait path runs them on every wait. */
+IOF_HIDDEN extern const iof_executor_vtbl iof__io_vtbl;
+static inline iof_executor_ref iof__io_executor(iof_io_context *io) {
+  return iof_executor_make(io, &iof__io_vtbl);
+}
+IOF_HIDDEN void iof__io_work_started(iof_io_context *io);
+IOF_HIDDEN void iof__io_work_finished(iof_io_context *io);
 
 /* A blocking operation on something registered with `io` (a socket, a
  * timer object, a signal, a resolver request): the one wait record of
@@ -116,7 +126,23 @@ IOF_HIDDEN void iof__io_leave(iof_io_context *io, bool hopped);
  * iof__ev_syserr_take: the errno of a syserr libev reported on this thread
  * since the probe (0: none), cleared. */
 IOF_HIDDEN void iof__ev_init(void);
-IOF_HIDDEN int iof__ev_mem_ok(void);
+IOF_HIDDEN int iof__ev_mem_refill(void);
+IOF_HIDDEN extern void *_Atomic iof__ev_reserve;
+IOF_HIDDEN extern atomic_long iof__ev_reserve_size;
+IOF_HIDDEN extern atomic_long iof__ev_largest;
+/* Inline: every io wait asks, and the reserve is nearly always in place
+ * (the same test iof__ev_mem_refill starts with). */
+static inline int iof__ev_mem_ok(void) {
+  long want = 2 * atomic_load_explicit(&iof__ev_largest, memory_order_relaxed) +
+              64 * 1024;
+  if (__builtin_expect(
+          atomic_load_explicit(&iof__ev_reserve, memory_order_acquire) &&
+              atomic_load_explicit(&iof__ev_reserve_size,
+                                   memory_order_relaxed) >= want,
+          1))
+    return 0;
+  return iof__ev_mem_refill();
+}
 IOF_HIDDEN int iof__ev_fd_probe(void);
 IOF_HIDDEN int iof__ev_syserr_take(void);
 

@@ -339,7 +339,7 @@ static int byte_check(iof_socket *s, const void *buf, size_t len) {
   if (!len) return 1;
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return -EPERM;
-  if (iof_stop_requested(self->env->stop_token)) return -ECANCELED;
+  if (iof__stop_requested(self->env->stop_token)) return -ECANCELED;
   return 0;
 }
 

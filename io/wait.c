@@ -25,7 +25,7 @@ static bool io_begin(void *p, iof__wait *w) {
     return !iof__wait_claim(w, r, -1);
   }
   op->armed = true;
-  iof_executor_on_work_started(iof_io_context_executor(op->io));
+  iof__io_work_started(op->io);
   return true;
 }
 
@@ -64,8 +64,9 @@ __attribute__((constructor)) static void name_waits(void) {
 }
 
 static void go_home(iof_fiber *self, iof_io_context *io) {
-  if (iof_executor_equal(self->env->executor, iof_io_context_executor(io)))
-    return;
+  iof_executor_ref home = self->env->executor;
+  if (home.vt == &iof__io_vtbl && home.ex == io) return; /* the usual case */
+  if (iof_executor_equal(home, iof__io_executor(io))) return;
   hop hp = {io};
   iof__await_always(&hp, &to_home_vtbl);
 }
@@ -74,7 +75,7 @@ int iof__io_wait(iof_io_op *op, int64_t deadline_ns) {
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return -EPERM;
   iof_io_context *io = op->io;
-  if (iof_stop_requested(self->env->stop_token) ||
+  if (iof__stop_requested(self->env->stop_token) ||
       iof_execution_context_stopping(&io->ctx))
     return -ECANCELED;
   if (!iof__thread_runs(&io->ctx)) {
@@ -83,13 +84,13 @@ int iof__io_wait(iof_io_op *op, int64_t deadline_ns) {
     if (r < 0) return r;
   }
   op->armed = false;
-  int r = iof__wait_block_on(self, iof_io_context_executor(io), op, io_begin,
-                             &op->w, deadline_ns, IOF__WAIT_CANCELLABLE);
+  int r = iof__wait_block_on(self, iof__io_executor(io), op, io_begin, &op->w,
+                             deadline_ns, IOF__WAIT_CANCELLABLE);
   /* Back on io's thread, whoever claimed the wait. */
   if (op->armed) {
     op->armed = false;
     if (op->disarm) op->disarm(op);
-    iof_executor_on_work_finished(iof_io_context_executor(io));
+    iof__io_work_finished(io);
   }
   go_home(self, io);
   return r;

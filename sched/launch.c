@@ -194,6 +194,11 @@ static int await_checked(void *aw, const iof_awaitable_vtbl *vt,
   iof_fiber *self = launched_self();
   if (!self) return -EPERM;
   if (!aw || !vt || !vt->suspend) return -EINVAL;
+  return iof__await_as(self, aw, vt, refuse_on_shutdown);
+}
+
+int iof__await_as(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt,
+                  bool refuse_on_shutdown) {
   if (vt->ready && vt->ready(aw)) return vt->resume ? vt->resume(aw) : 0;
   if (refuse_on_shutdown && iof__env_stopping(self->env)) return -ECANCELED;
   return await_in(self, aw, vt);

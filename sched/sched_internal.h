@@ -69,6 +69,13 @@ IOF_HIDDEN int iof__run_async_ex(iof_executor_ref ex,
  * fiber's executor), whose wake is guaranteed. */
 IOF_HIDDEN int iof__await_always(void *aw, const iof_awaitable_vtbl *vt);
 
+/* iof_await (refuse_on_shutdown) or iof__await_always for a caller that
+ * already holds `self`, the calling launched fiber, and a valid aw/vt:
+ * spares the wait path a second look-up of the current fiber. */
+IOF_HIDDEN int iof__await_as(iof_fiber *self, void *aw,
+                             const iof_awaitable_vtbl *vt,
+                             bool refuse_on_shutdown);
+
 /* A run loop marks the thread as running a context while it resumes
  * fibers, so dispatch can tell when inline is safe (a per-thread marker,
  * not a per-fiber flag). Markers nest. */

@@ -214,6 +214,12 @@ IOF_HIDDEN int iof__wait_block_on(iof_fiber *self, iof_executor_ref where,
  * those block their thread). */
 IOF_HIDDEN iof_fiber *iof__sync_fiber(void);
 
+/* iof_stop_requested without the call for the usual tokenless fiber: the
+ * wait and byte paths ask it on every operation. */
+static inline bool iof__stop_requested(iof_stop_token tok) {
+  return tok.state && iof_stop_requested(tok);
+}
+
 /* Identifies the caller for ownership (a mutex's owner): the running fiber,
  * or the thread's root record outside fibers. Never NULL. One TLS access
  * (the fast paths matter). */

@@ -267,7 +267,7 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
                        int flags) {
   const iof_env *env = self->env;
   bool cancellable = flags & IOF__WAIT_CANCELLABLE;
-  if (cancellable && iof_stop_requested(env->stop_token)) return -ECANCELED;
+  if (cancellable && iof__stop_requested(env->stop_token)) return -ECANCELED;
   bool io = where.vt != NULL || (flags & IOF__WAIT_IO);
   if (!where.vt) where = env->executor;
   w->fiber = self;
@@ -297,7 +297,7 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
   }
   wait_aw a = {op, begin, w, false};
   const iof_awaitable_vtbl *vt = io ? &io_wait_vtbl : &wait_vtbl;
-  int r = cancellable ? iof_await(&a, vt) : iof__await_always(&a, vt);
+  int r = iof__await_as(self, &a, vt, cancellable);
   /* Nothing can claim w any more once these return: the stop callback and
    * the timer are waited for if running elsewhere (a loop timer fires on
    * this very thread, where the fiber resumed). */
