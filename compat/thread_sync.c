@@ -258,18 +258,9 @@ static bool mlock_begin(void *p, iof__wait *w) {
       break;
     }
   }
-  /* Queued before publication: once published, a timer may wake the
-   * fiber on another thread, which then reads op->published. */
-  iof__wq_push(&m->q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(&m->q, &op->node);
-    op->published = false;
-    iof__lk_unlock(&m->lk);
-    return false;
-  }
+  bool queued = iof__wq_push_publish(&m->q, &op->node, &op->published, w);
   iof__lk_unlock(&m->lk);
-  return true;
+  return queued;
 }
 
 /* Waits for the mutex (not free a moment ago). 0 or -ETIMEDOUT. */
@@ -433,18 +424,9 @@ static bool cwait_begin(void *p, iof__wait *w) {
   }
   mutex_release(op->m);
   op->released = true;
-  /* Queued before publication: once published, a timer may wake the
-   * fiber on another thread, which then reads op->published. */
-  iof__wq_push(&c->q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(&c->q, &op->node);
-    op->published = false;
-    iof__lk_unlock(&c->lk);
-    return false;
-  }
+  bool queued = iof__wq_push_publish(&c->q, &op->node, &op->published, w);
   iof__lk_unlock(&c->lk);
-  return true;
+  return queued;
 }
 
 static int cond_wait(pthread_cond_t *pc, pthread_mutex_t *pm, clockid_t clock,
@@ -587,18 +569,9 @@ static bool rw_begin(void *p, iof__wait *w) {
     w->result = -r;
     return false;
   }
-  /* Queued before publication: once published, a timer may wake the
-   * fiber on another thread, which then reads op->published. */
-  iof__wq_push(&rw->q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(&rw->q, &op->node);
-    op->published = false;
-    iof__lk_unlock(&rw->lk);
-    return false;
-  }
+  bool queued = iof__wq_push_publish(&rw->q, &op->node, &op->published, w);
   iof__lk_unlock(&rw->lk);
-  return true;
+  return queued;
 }
 
 static int rw_lock(pthread_rwlock_t *prw, bool write, bool try,
@@ -970,18 +943,9 @@ static bool sem_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
-  /* Queued before publication: once published, a timer may wake the
-   * fiber on another thread, which then reads op->published. */
-  iof__wq_push(&s->q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(&s->q, &op->node);
-    op->published = false;
-    iof__lk_unlock(&s->lk);
-    return false;
-  }
+  bool queued = iof__wq_push_publish(&s->q, &op->node, &op->published, w);
   iof__lk_unlock(&s->lk);
-  return true;
+  return queued;
 }
 
 static bool sem_take(csem *s) {

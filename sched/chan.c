@@ -156,19 +156,10 @@ static bool op_begin(void *p, iof__wait *w) {
     w->result = r;
     return false;
   }
-  /* Queued before publication: once published, a stop or timer may wake
-   * the fiber on another thread, which then reads op->published. */
   iof__waitq *q = op->op == IOF_CHAN_SEND ? &ch->sendq : &ch->recvq;
-  iof__wq_push(q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(q, &op->node);
-    op->published = false;
-    pthread_mutex_unlock(&ch->lock);
-    return false;
-  }
+  bool queued = iof__wq_push_publish(q, &op->node, &op->published, w);
   pthread_mutex_unlock(&ch->lock);
-  return true;
+  return queued;
 }
 
 static int op_now(chan_op *op) {

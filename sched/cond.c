@@ -49,18 +49,9 @@ static bool cond_begin(void *p, iof__wait *w) {
   }
   iof__mutex_unlock_as(op->m, op->owner);
   op->released = true;
-  /* Queued before publication: once published, a stop or timer may wake
-   * the fiber on another thread, which then reads op->published. */
-  iof__wq_push(&c->q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(&c->q, &op->node);
-    op->published = false;
-    pthread_mutex_unlock(&c->lock);
-    return false;
-  }
+  bool queued = iof__wq_push_publish(&c->q, &op->node, &op->published, w);
   pthread_mutex_unlock(&c->lock);
-  return true;
+  return queued;
 }
 
 static int cond_wait_common(iof_cond *c, iof_mutex *m, int64_t deadline) {

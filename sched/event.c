@@ -94,18 +94,9 @@ static bool event_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
-  /* Queued before publication: once published, a stop or timer may wake
-   * the fiber on another thread, which then reads op->published. */
-  iof__wq_push(&e->q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(&e->q, &op->node);
-    op->published = false;
-    pthread_mutex_unlock(&e->lock);
-    return false;
-  }
+  bool queued = iof__wq_push_publish(&e->q, &op->node, &op->published, w);
   pthread_mutex_unlock(&e->lock);
-  return true;
+  return queued;
 }
 
 static int event_wait_common(iof_event *e, int64_t deadline) {

@@ -69,18 +69,10 @@ static bool lock_begin(void *p, iof__wait *w) {
       break;
     }
   }
-  /* Queued before publication: once published, a stop or timer may wake
-   * the fiber on another thread, which then reads op->published. */
-  iof__wq_push(&m->q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(&m->q, &op->node);
-    op->published = false;
-    pthread_mutex_unlock(&m->lock); /* state 2 with no waiter is harmless */
-    return false;
-  }
-  pthread_mutex_unlock(&m->lock);
-  return true;
+  bool queued = iof__wq_push_publish(&m->q, &op->node, &op->published, w);
+  pthread_mutex_unlock(
+      &m->lock); /* if not queued: state 2 with no waiter is harmless */
+  return queued;
 }
 
 static int lock_slow(iof_mutex *m, void *self, int64_t deadline, int flags) {

@@ -39,18 +39,9 @@ static bool sem_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
-  /* Queued before publication: once published, a stop or timer may wake
-   * the fiber on another thread, which then reads op->published. */
-  iof__wq_push(&s->q, &op->node);
-  op->published = true;
-  if (!iof__wait_publish(w)) {
-    iof__wq_unlink(&s->q, &op->node);
-    op->published = false;
-    pthread_mutex_unlock(&s->lock);
-    return false;
-  }
+  bool queued = iof__wq_push_publish(&s->q, &op->node, &op->published, w);
   pthread_mutex_unlock(&s->lock);
-  return true;
+  return queued;
 }
 
 static int take_now(iof_sem *s) {

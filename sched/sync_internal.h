@@ -152,6 +152,20 @@ static inline bool iof__wq_has_waiter(iof__waitq *q) {
  * then set and the caller must not enqueue. */
 IOF_HIDDEN bool iof__wait_publish(iof__wait *w);
 
+/* The tail of a single-node begin, under the primitive's lock: queues n on
+ * q, then publishes w. In that order: once published, a stop or timer may
+ * wake the fiber on another thread, which then reads *published. Undoes
+ * both when publication fails (w->result is then set). True: queued. */
+static inline bool iof__wq_push_publish(iof__waitq *q, iof__wnode *n,
+                                        bool *published, iof__wait *w) {
+  iof__wq_push(q, n);
+  *published = true;
+  if (iof__wait_publish(w)) return true;
+  iof__wq_unlink(q, n);
+  *published = false;
+  return false;
+}
+
 /* Wakes a claimed waiter: posts the fiber to its executor, or unparks the
  * thread. The node and record may be gone once this returns. */
 IOF_HIDDEN void iof__wait_wake(iof__wait *w);
