@@ -59,6 +59,9 @@ typedef struct iof_thread_state {
   iof_fiber root;
   iof_fiber *current; /* &root outside fibers */
   int ready;
+  /* sched/'s run marks (iof_run_mark), innermost first: which contexts
+   * this thread is running now. Here so one look-up gives both. */
+  void *marks;
 } iof_thread_state;
 
 /* Never inlined: a fiber may resume on another thread, and the compiler

@@ -110,6 +110,17 @@ static long run_batch(iof_io_context *io, long max) {
   return n;
 }
 
+/* Once io shuts down, the fibers waiting on its sockets are failed here,
+ * on io's thread: the home path of io waits (wait.c) relies on it instead
+ * of sched/'s shutdown registry. */
+static void cancel_waits_on_shutdown(iof_io_context *io) {
+  if (__builtin_expect(!iof_execution_context_stopping(&io->ctx), 1) ||
+      io->waits_cancelled)
+    return;
+  io->waits_cancelled = true;
+  iof__io_cancel_socket_waits(io);
+}
+
 static bool idle_now(iof_io_context *io) {
   return atomic_load(&io->work) == 0 && !has_ready(io);
 }
@@ -119,6 +130,7 @@ static bool idle_now(iof_io_context *io) {
 static void attached_run(iof_io_context *io) {
   iof_run_mark mark;
   iof__run_mark_push(&mark, &io->ctx);
+  cancel_waits_on_shutdown(io);
   run_batch(io, -1);
   iof__run_mark_pop(&mark);
   if (io->local.head) {
@@ -214,8 +226,9 @@ iof_io_context *iof__io_of(iof_execution_context *ctx) {
 }
 
 /* The io_context's own service, made first so it is destroyed last: its
- * destroy closes sockets left open. (Pending waits on the context are
- * cancelled at shutdown by the wait registry of sched/, as every wait.) */
+ * destroy closes sockets left open. Pending waits on the context are
+ * cancelled at shutdown by the wait registry of sched/, as every wait,
+ * except socket waits of the home path: the loop's thread fails those. */
 typedef struct io_service {
   iof_service base;
   iof_io_context *io;
@@ -227,13 +240,20 @@ static iof_service *io_service_create(iof_execution_context *ctx) {
   return s ? &s->base : NULL;
 }
 
+/* Wakes a loop blocked in libev, so that its thread fails the sockets'
+ * waiters (cancel_waits_on_shutdown); a destroy does that itself. */
+static void io_service_shutdown(iof_service *svc) {
+  iof_io_context *io = ((io_service *)svc)->io;
+  ev_async_send(io->loop, &io->wake);
+}
+
 static void io_service_destroy(iof_service *svc) {
   iof__io_close_all(((io_service *)svc)->io);
   free(svc);
 }
 
-static const iof_service_key io_service_key = {"iofiber.io", io_service_create,
-                                               NULL, io_service_destroy};
+static const iof_service_key io_service_key = {
+    "iofiber.io", io_service_create, io_service_shutdown, io_service_destroy};
 
 static iof_io_context *make(struct ev_loop *loop, bool own) {
   /* The async watcher may make libev create its pipe: a descriptor must
@@ -368,6 +388,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
   }
   long ran = 0, polled_at = 0, spun_at = 0;
   while (!atomic_load(&io->stopped) && !io->timed_out) {
+    cancel_waits_on_shutdown(io);
     ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : -1);
     if (max_fibers >= 0 && ran >= max_fibers) break;
     if (idle_now(io)) {
@@ -443,6 +464,7 @@ int iof_io_context_destroy(iof_io_context *io) {
   iof_execution_context_shutdown(&io->ctx);
   iof_run_mark mark;
   iof__run_mark_push(&mark, &io->ctx);
+  cancel_waits_on_shutdown(io);
   /* (4) waits until (3) is over: never-started fibers are set aside while
    * any started one is ready, then cancelled (a raw fiber is run). */
   iof_fiber_queue later = {NULL, NULL};

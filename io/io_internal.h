@@ -34,6 +34,8 @@ struct iof_io_context {
   bool timed_out;
   iof_spin_policy spin_policy; /* the run loop's (its thread only) */
   struct iof_socket *sockets;  /* open sockets, closed at destroy */
+  bool waits_cancelled;        /* shutdown: the sockets' waiters were failed
+                                  (io's thread) */
 };
 
 /* The io_context behind an execution context, or NULL. */
@@ -71,6 +73,10 @@ struct iof_io_op {
   void *obj;                     /* what the wait is on (socket, timer...) */
   int dir;                       /* EV_READ or EV_WRITE, for socket waits */
   bool armed;
+  /* arm queues the op where io's own shutdown finds it (a socket's
+   * queues; iof__io_cancel_socket_waits): the wait may skip the shutdown
+   * registry of sched/ (see iof__io_wait's home path). */
+  bool io_cancels;
 };
 
 /* Prepares op for a wait on io with arm/disarm (the record itself is set
@@ -84,6 +90,7 @@ static inline void iof__io_op_init(iof_io_op *op, iof_io_context *io,
   op->node.index = 0;
   op->dir = 0;
   op->armed = false;
+  op->io_cancels = false;
   op->io = io;
   op->arm = arm;
   op->disarm = disarm;
@@ -145,6 +152,10 @@ static inline int iof__ev_mem_ok(void) {
 }
 IOF_HIDDEN int iof__ev_fd_probe(void);
 IOF_HIDDEN int iof__ev_syserr_take(void);
+
+/* Fails every fiber waiting on a socket of io with -ECANCELED: io's
+ * shutdown, on io's thread (or while nobody runs io). */
+IOF_HIDDEN void iof__io_cancel_socket_waits(iof_io_context *io);
 
 /* Closes and frees every socket still open on io (its destroy). */
 IOF_HIDDEN void iof__io_close_all(iof_io_context *io);

@@ -84,6 +84,10 @@ static int arm(iof_io_op *op) {
   if (((sock_wait *)op)->gen !=
       atomic_load_explicit(&s->limit_gen, memory_order_relaxed))
     return RETRY_LIMITS;
+  if (!(s->interest & op->dir)) {
+    int r = iof__ev_mem_ok(); /* libev may grow its arrays */
+    if (r < 0) return r;
+  }
   iof__wq_push(queue_of(s, op), &op->node);
   set_interest(s, s->interest | op->dir);
   return 0;
@@ -101,6 +105,7 @@ int iof__socket_wait(iof_socket *s, int dir) {
     sock_wait sw;
     iof__io_op_init(&sw.op, s->io, arm, disarm, s);
     sw.op.dir = dir;
+    sw.op.io_cancels = true;
     sw.gen = atomic_load_explicit(&s->limit_gen, memory_order_relaxed);
     int64_t deadline = -1;
     int64_t dl = atomic_load_explicit(&s->deadline[d], memory_order_relaxed);
@@ -268,6 +273,17 @@ int iof_socket_free(iof_socket *s) {
   unlink_socket(s);
   free(s);
   return 0;
+}
+
+void iof__io_cancel_socket_waits(iof_io_context *io) {
+  /* The lock keeps the list still; the wakes post to io's local queue (the
+   * caller runs io), which does not take it. */
+  pthread_mutex_lock(&io->rlock);
+  for (iof_socket *s = io->sockets; s; s = s->next) {
+    fail_all(&s->rd, -ECANCELED);
+    fail_all(&s->wr, -ECANCELED);
+  }
+  pthread_mutex_unlock(&io->rlock);
 }
 
 void iof__io_close_all(iof_io_context *io) {

@@ -47,6 +47,8 @@ static iof_fiber *to_home(void *self, iof_fiber *h, const iof_env *env) {
 
 static const iof_awaitable_vtbl to_io_vtbl = {NULL, to_io, NULL};
 static const iof_awaitable_vtbl to_home_vtbl = {NULL, to_home, NULL};
+/* Names the home path's waits (below) for iof_fiber_walk; never awaited. */
+static const iof_awaitable_vtbl home_vtbl = {NULL, NULL, NULL};
 
 /* What iof_fiber_walk says of a fiber suspended in an io wait. */
 static const char *describe_io(const void *p, const void **obj) {
@@ -59,6 +61,7 @@ static const char *describe_io(const void *p, const void **obj) {
 
 __attribute__((constructor)) static void name_waits(void) {
   iof__debug_wait_kind(io_begin, describe_io);
+  iof__debug_label(&home_vtbl, "io", describe_io);
   iof__debug_label(&to_io_vtbl, "hop to an io_context", NULL);
   iof__debug_label(&to_home_vtbl, "hop back from an io_context", NULL);
 }
@@ -71,10 +74,52 @@ static void go_home(iof_fiber *self, iof_io_context *io) {
   iof__await_always(&hp, &to_home_vtbl);
 }
 
+/* ---- the home path -----------------------------------------------------
+ * A server's usual wait: a fiber of io, on io's thread, waiting on one of
+ * io's sockets with no deadline and no stop token. Every claim of such a
+ * wait runs on this thread (libev's callback, a close or a limit change,
+ * io's shutdown walk of its sockets), so the record is published and the
+ * op armed before the switch instead of from a hook after it; io's
+ * shutdown fails its sockets' waiters itself, so the wait stays out of
+ * sched/'s shutdown registry; and the chain's own work count keeps io
+ * running. Left: what a hand-written libev server does, plus one switch
+ * each way and one post. */
+
+static int wait_home(iof_fiber *self, iof_io_context *io, iof_io_op *op) {
+  iof__wait *w = &op->w;
+  w->result = 0;
+  w->index = -1;
+  w->by_waker = false;
+  w->fiber = self;
+  w->parker = NULL;
+  w->ex = iof__io_executor(io);
+  w->timer_armed = false;
+  w->reg_svc = NULL;
+  atomic_store_explicit(&w->state, IOF__W_WAITING, memory_order_relaxed);
+  int r = op->arm(op);
+  if (r < 0) return r;
+  iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
+  c->wait_vt = &home_vtbl;
+  c->wait_aw = op;
+  iof_fiber_suspend();
+  c->wait_vt = NULL;
+  iof__refresh_allocator(self);
+  op->disarm(op); /* a claim by a waker unlinked it already */
+  return w->result;
+}
+
 int iof__io_wait(iof_io_op *op, int64_t deadline_ns) {
-  iof_fiber *self = iof_fiber_current();
-  if (!self || !self->env) return -EPERM;
+  iof_thread_state *th = iof__thread();
+  iof_fiber *self = th->current;
+  if (self == &th->root || !self->env) return -EPERM;
   iof_io_context *io = op->io;
+  const iof_env *env = self->env;
+  if (op->io_cancels && deadline_ns < 0 && !env->stop_token.state &&
+      env->executor.ex == io && env->executor.vt == &iof__io_vtbl &&
+      !self->strand && iof__thread_runs_top(th, &io->ctx)) {
+    if (iof_execution_context_stopping(&io->ctx)) return -ECANCELED;
+    return wait_home(self, io, op);
+  }
   if (iof__stop_requested(self->env->stop_token) ||
       iof_execution_context_stopping(&io->ctx))
     return -ECANCELED;

@@ -6,13 +6,8 @@
 #include <sched.h>
 #include <stdio.h>
 
-static __thread iof_run_mark *tls_marks
-    __attribute__((tls_model("initial-exec")));
-
-/* noinline: a fiber calling this may have moved threads since its last
- * TLS access (see fiber_internal.h). */
-static __attribute__((noinline)) iof_run_mark **marks(void) {
-  return &tls_marks;
+static inline iof_run_mark **marks(void) {
+  return (iof_run_mark **)&iof__thread()->marks;
 }
 
 void iof__run_mark_push(iof_run_mark *m, const iof_execution_context *ctx) {

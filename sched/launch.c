@@ -19,14 +19,6 @@ iof_set_current_frame_allocator(iof_frame_allocator *a) {
   tls_alloc = a;
 }
 
-/* What every resume of a launched fiber makes current: the env's
- * allocator, or the fiber's own (effective) one when the env has none. */
-static void refresh_allocator(iof_fiber *self) {
-  const iof_env *env = self->env;
-  iof_set_current_frame_allocator(env->frame_allocator ? env->frame_allocator
-                                                       : self->alloc);
-}
-
 static iof_fiber *launched_self(void) {
   iof_fiber *f = iof_fiber_current();
   return f && f->env ? f : NULL;
@@ -50,7 +42,7 @@ bool iof__env_stopping(const iof_env *env) {
 static int chain_main(void *p) {
   iof_chain *c = p;
   iof_fiber *self = iof_fiber_current();
-  refresh_allocator(self);
+  iof__refresh_allocator(self);
   int status = c->fn(c->arg);
   c->status = status;
   if (c->on_done) c->on_done(c->user, status);
@@ -184,7 +176,7 @@ static int await_in(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt) {
   c->wait_aw = aw;
   iof_fiber_suspend_with(await_hook, &a);
   c->wait_vt = NULL;
-  refresh_allocator(self);
+  iof__refresh_allocator(self);
   return vt->resume ? vt->resume(aw) : 0;
 }
 
@@ -259,7 +251,7 @@ int iof_yield(void) {
   if (iof__is_strand_of(self->env->executor, self)) {
     int err = 0;
     iof_fiber_suspend_with(strand_yield_hook, &err);
-    refresh_allocator(self);
+    iof__refresh_allocator(self);
     return err;
   }
   /* await_in directly, not iof_await: one frame fewer to return through
@@ -302,7 +294,7 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
   } else {
     self->env = &env;
   }
-  refresh_allocator(self);
+  iof__refresh_allocator(self);
   int status = fn(arg);
   self->env = caller;
   if (hops) {

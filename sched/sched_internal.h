@@ -89,6 +89,22 @@ IOF_HIDDEN void iof__run_mark_push(iof_run_mark *m,
 IOF_HIDDEN void iof__run_mark_pop(iof_run_mark *m);
 IOF_HIDDEN bool iof__thread_runs(const iof_execution_context *ctx);
 
+/* Whether ctx is the context th runs innermost: the one-load test of the
+ * io fast path (iof__thread_runs also finds outer ones). */
+static inline bool iof__thread_runs_top(const iof_thread_state *th,
+                                        const iof_execution_context *ctx) {
+  const iof_run_mark *m = th->marks;
+  return m && m->ctx == ctx;
+}
+
+/* What every resume of a launched fiber makes current: the env's frame
+ * allocator, or the fiber's own (effective) one when the env has none. */
+static inline void iof__refresh_allocator(const iof_fiber *self) {
+  const iof_env *env = self->env;
+  iof_set_current_frame_allocator(env->frame_allocator ? env->frame_allocator
+                                                       : self->alloc);
+}
+
 /* Shutdown rule of the built-in executors: once their context is
  * stopping, post and dispatch refuse a fiber that never ran (a launch)
  * with -ESHUTDOWN, and still take started fibers, so that completions and

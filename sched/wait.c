@@ -57,7 +57,7 @@ void iof__wait_wake(iof__wait *w) {
   if (f) {
     /* The fiber may run (and its stack frame with w go) once posted. */
     iof_executor_ref ex = w->ex;
-    (void)iof_executor_post(ex, f);
+    (void)ex.vt->post(ex.ex, f);
     return;
   }
   iof__parker *p = w->parker;
