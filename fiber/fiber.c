@@ -205,16 +205,24 @@ __attribute__((noinline)) static iof_transfer landed_full(iof_transfer t) {
   return (iof_transfer){NULL, NULL};
 }
 
-/* Half of all switches land from a plain resume: nothing to run, so that
- * path stays free of the callee-saved register spills the hook call costs
- * landed_full (a tail call otherwise). */
+/* Most switches land from a plain resume or a suspend without a hook:
+ * nothing to run, so that path stays free of the callee-saved register
+ * spills the hook call costs landed_full (a tail call otherwise). */
 iof_transfer iof__landed(iof_transfer t) {
 #ifndef IOF_ASAN
   switch_msg *m = t.data;
   iof_fiber *from = m->from;
-  if (__builtin_expect(m->kind == SW_RESUME && from->soft_lo == NULL, 1)) {
-    from->ctx = t.fctx;
-    return (iof_transfer){NULL, NULL};
+  if (__builtin_expect(m->hook == NULL && from->soft_lo == NULL, 1)) {
+    int kind = m->kind;
+    if (kind == SW_RESUME) {
+      from->ctx = t.fctx;
+      return (iof_transfer){NULL, NULL};
+    }
+    if (kind == SW_SUSPEND) { /* a plain suspend or park */
+      from->ctx = t.fctx;
+      from->state = IOF_FS_SUSPENDED;
+      return (iof_transfer){NULL, NULL};
+    }
   }
 #endif
   return landed_full(t);
@@ -392,6 +400,10 @@ static int suspend(iof_fiber_hook hook, void *arg) {
   iof_fiber *self = th->current;
   if (self == &th->root) return -EPERM;
   return switch_to(th, self, self->resumer, SW_SUSPEND, hook, arg);
+}
+
+int iof__fiber_park(iof_thread_state *th, iof_fiber *self) {
+  return switch_to(th, self, self->resumer, SW_SUSPEND, NULL, NULL);
 }
 
 int iof_fiber_suspend(void) {

@@ -68,6 +68,10 @@ typedef struct iof_thread_state {
  * must not reuse a TLS address computed before a switch. */
 IOF_HIDDEN iof_thread_state *iof__thread(void);
 
+/* iof_fiber_suspend for a caller that holds th (iof__thread()) and self,
+ * its current fiber (not the root): no look-up, no hook. */
+IOF_HIDDEN int iof__fiber_park(iof_thread_state *th, iof_fiber *self);
+
 /* The thread's state if it has run fibers, else NULL; async-signal-safe. */
 IOF_HIDDEN iof_thread_state *iof__thread_peek(void);
 

@@ -114,6 +114,17 @@ static inline bool iof__io_complete(iof_io_op *op, int result) {
   return true;
 }
 
+/* Wakes the fiber of w, claimed by a libev callback of io. A loop io owns
+ * is polled only by the thread running io (its run loop or destroy), so a
+ * fiber of io goes straight to the local queue: a started fiber is never
+ * refused, and the thread needs no look-up. Anything else: a post. */
+static inline void iof__io_wake_from_loop(iof_io_context *io, iof__wait *w) {
+  if (io->own_loop && w->ex.ex == io && w->ex.vt == &iof__io_vtbl)
+    iof__q_push(&io->local, w->fiber);
+  else
+    iof__wait_wake(w);
+}
+
 /* The op owning a queue node (sockets and timers queue their waiters). */
 static inline iof_io_op *iof__io_op_of(iof__wnode *n) {
   return (iof_io_op *)(void *)((char *)n - offsetof(iof_io_op, node));

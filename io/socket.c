@@ -31,11 +31,11 @@ static void set_interest(iof_socket *s, int ev) {
   }
 }
 
-/* Wakes the first waiter of q (claiming it unlinks it). */
-static bool wake_first(iof__waitq *q) {
+/* Wakes the first waiter of q (claiming it unlinks it), from on_io. */
+static bool wake_first(iof_socket *s, iof__waitq *q) {
   iof__wnode *n = iof__wq_claim_first(q, 0);
   if (!n) return false;
-  iof__wait_wake(n->w);
+  iof__io_wake_from_loop(s->io, n->w);
   return true;
 }
 
@@ -59,8 +59,8 @@ static void on_io(struct ev_loop *loop, ev_io *ew, int revents) {
   int drop = 0;
   /* An event nobody waits for is dropped from the mask: level-triggered,
    * it would fire again at every poll. */
-  if ((revents & EV_READ) && !wake_first(&s->rd)) drop |= EV_READ;
-  if ((revents & EV_WRITE) && !wake_first(&s->wr)) drop |= EV_WRITE;
+  if ((revents & EV_READ) && !wake_first(s, &s->rd)) drop |= EV_READ;
+  if ((revents & EV_WRITE) && !wake_first(s, &s->wr)) drop |= EV_WRITE;
   if (drop) set_interest(s, s->interest & ~drop);
 }
 
@@ -444,18 +444,30 @@ static ssize_t send_once(iof_socket *s, const void *buf, size_t len) {
   return writev_nosigpipe(s->fd, &v, 1);
 }
 
-ssize_t iof_write_some(iof_socket *s, const void *buf, size_t len) {
-  int r = byte_check(s, buf, len);
-  if (r != 0) return r > 0 ? 0 : r;
+/* The write path of write_some (all: false) and write (arguments already
+ * checked, len > 0): send, and wait for room only when the socket is full. */
+static ssize_t write_loop(iof_socket *s, const char *buf, size_t len,
+                          bool all) {
+  size_t put = 0;
   for (;;) {
-    ssize_t n = send_once(s, buf, len);
-    if (n >= 0) return n;
+    ssize_t n = send_once(s, buf + put, len - put);
+    if (n >= 0) {
+      put += (size_t)n;
+      if (!all || put == len) return (ssize_t)put;
+      continue;
+    }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
-    r = iof__socket_wait(s, EV_WRITE);
+    int r = iof__socket_wait(s, EV_WRITE);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
   }
+}
+
+ssize_t iof_write_some(iof_socket *s, const void *buf, size_t len) {
+  int r = byte_check(s, buf, len);
+  if (r != 0) return r > 0 ? 0 : r;
+  return write_loop(s, buf, len, false);
 }
 
 ssize_t iof_read(iof_socket *s, void *buf, size_t len) {
@@ -474,17 +486,9 @@ ssize_t iof_read(iof_socket *s, void *buf, size_t len) {
 }
 
 ssize_t iof_write(iof_socket *s, const void *buf, size_t len) {
-  if (!len) {
-    int r = byte_check(s, buf, 0);
-    return r < 0 ? r : 0;
-  }
-  size_t put = 0;
-  while (put < len) {
-    ssize_t n = iof_write_some(s, (const char *)buf + put, len - put);
-    if (n < 0) return n;
-    put += (size_t)n;
-  }
-  return (ssize_t)put;
+  int r = byte_check(s, buf, len);
+  if (r != 0) return r > 0 ? 0 : r;
+  return write_loop(s, buf, len, true);
 }
 
 ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt) {

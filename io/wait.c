@@ -85,7 +85,8 @@ static void go_home(iof_fiber *self, iof_io_context *io) {
  * running. Left: what a hand-written libev server does, plus one switch
  * each way and one post. */
 
-static int wait_home(iof_fiber *self, iof_io_context *io, iof_io_op *op) {
+static int wait_home(iof_thread_state *th, iof_fiber *self, iof_io_context *io,
+                     iof_io_op *op) {
   iof__wait *w = &op->w;
   w->result = 0;
   w->index = -1;
@@ -101,7 +102,7 @@ static int wait_home(iof_fiber *self, iof_io_context *io, iof_io_op *op) {
   iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
   c->wait_vt = &home_vtbl;
   c->wait_aw = op;
-  iof_fiber_suspend();
+  iof__fiber_park(th, self); /* th is stale once back: not used again */
   c->wait_vt = NULL;
   iof__refresh_allocator(self);
   op->disarm(op); /* a claim by a waker unlinked it already */
@@ -118,7 +119,7 @@ int iof__io_wait(iof_io_op *op, int64_t deadline_ns) {
       env->executor.ex == io && env->executor.vt == &iof__io_vtbl &&
       !self->strand && iof__thread_runs_top(th, &io->ctx)) {
     if (iof_execution_context_stopping(&io->ctx)) return -ECANCELED;
-    return wait_home(self, io, op);
+    return wait_home(th, self, io, op);
   }
   if (iof__stop_requested(self->env->stop_token) ||
       iof_execution_context_stopping(&io->ctx))
