@@ -386,6 +386,16 @@ int iof_fiber_resume(iof_fiber *f) {
   return switch_to(th, self, f, SW_RESUME, NULL, NULL);
 }
 
+int iof__fiber_run(iof_thread_state *th, iof_fiber *f) {
+  int st = f->state;
+  if (__builtin_expect(st != IOF_FS_SUSPENDED && st != IOF_FS_CREATED, 0))
+    return st == IOF_FS_RUNNING ? -EBUSY : -EINVAL;
+  iof_fiber *self = th->current;
+  f->resumer = self;
+  f->state = IOF_FS_RUNNING;
+  return switch_to(th, self, f, SW_RESUME, NULL, NULL);
+}
+
 /* Reads the thread state itself rather than through iof__thread: it is
  * asked several times per operation, and noinline keeps the TLS address
  * from being cached across a switch in any caller. */

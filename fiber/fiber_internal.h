@@ -72,6 +72,10 @@ IOF_HIDDEN iof_thread_state *iof__thread(void);
  * its current fiber (not the root): no look-up, no hook. */
 IOF_HIDDEN int iof__fiber_park(iof_thread_state *th, iof_fiber *self);
 
+/* iof_fiber_resume of f (not NULL) by a run loop on its thread's own
+ * stack, which holds th across resumes: th cannot go stale there. */
+IOF_HIDDEN int iof__fiber_run(iof_thread_state *th, iof_fiber *f);
+
 /* The thread's state if it has run fibers, else NULL; async-signal-safe. */
 IOF_HIDDEN iof_thread_state *iof__thread_peek(void);
 

@@ -98,8 +98,9 @@ static long run_batch(iof_io_context *io, long max) {
   iof_fiber_queue batch = io->local;
   io->local.head = io->local.tail = NULL;
   long n = 0;
+  iof_thread_state *th = iof__thread(); /* the loop's own stack: stays */
   while (batch.head && (max < 0 || n < max)) {
-    iof_fiber_resume(iof__q_pop(&batch));
+    iof__fiber_run(th, iof__q_pop(&batch));
     n++;
   }
   if (batch.head) { /* over the limit: back in front, in order */

@@ -6,6 +6,7 @@
 #include <iofiber/io_context.h>
 
 #include <ev.h>
+#include <errno.h>
 
 #include "sched/sync_internal.h"
 
@@ -73,10 +74,6 @@ struct iof_io_op {
   void *obj;                     /* what the wait is on (socket, timer...) */
   int dir;                       /* EV_READ or EV_WRITE, for socket waits */
   bool armed;
-  /* arm queues the op where io's own shutdown finds it (a socket's
-   * queues; iof__io_cancel_socket_waits): the wait may skip the shutdown
-   * registry of sched/ (see iof__io_wait's home path). */
-  bool io_cancels;
 };
 
 /* Prepares op for a wait on io with arm/disarm (the record itself is set
@@ -90,7 +87,6 @@ static inline void iof__io_op_init(iof_io_op *op, iof_io_context *io,
   op->node.index = 0;
   op->dir = 0;
   op->armed = false;
-  op->io_cancels = false;
   op->io = io;
   op->arm = arm;
   op->disarm = disarm;
@@ -105,6 +101,50 @@ static inline void iof__io_op_init(iof_io_op *op, iof_io_context *io,
  * absolute monotonic time, passed; < 0: none). It always returns on the
  * fiber's own executor. -EPERM outside a launched fiber. */
 IOF_HIDDEN int iof__io_wait(iof_io_op *op, int64_t deadline_ns);
+
+/* The home path of io waits (wait.c): true when th's current fiber may
+ * wait on io through iof__io_wait_home: a launched fiber whose executor
+ * is io, on io's thread (innermost run), holding no strand, with no stop
+ * token (nothing from another thread can claim its wait). */
+static inline bool iof__io_at_home(const iof_thread_state *th,
+                                   const iof_fiber *self,
+                                   const iof_io_context *io) {
+  const iof_env *env = self->env;
+  return self != &th->root && env && env->executor.ex == io &&
+         env->executor.vt == &iof__io_vtbl && !env->stop_token.state &&
+         !self->strand && iof__thread_runs_top(th, &io->ctx);
+}
+
+/* Suspends self (at home, th's current fiber) in the home path's wait on
+ * op, armed and published; returns once a claim posted it back. */
+IOF_HIDDEN void iof__io_park(iof_thread_state *th, iof_fiber *self,
+                             iof_io_op *op);
+
+/* iof__io_wait with no deadline for a fiber at home (iof__io_at_home),
+ * for an op whose arm queues it where io's shutdown fails it (a socket's
+ * queues: iof__io_cancel_socket_waits). Arms and publishes before the
+ * switch: every claim runs on this thread. op needs io, obj, dir and its
+ * node's w and index set; arm and disarm are inlined from the caller. */
+static inline __attribute__((always_inline)) int
+iof__io_wait_home(iof_thread_state *th, iof_fiber *self, iof_io_op *op,
+                  int (*arm)(iof_io_op *), void (*disarm)(iof_io_op *)) {
+  iof_io_context *io = op->io;
+  if (atomic_load_explicit(&io->ctx.state, memory_order_acquire))
+    return -ECANCELED; /* shutting down */
+  iof__wait *w = &op->w;
+  w->result = 0;
+  w->index = -1;
+  w->by_waker = false;
+  w->fiber = self;
+  w->parker = NULL;
+  w->ex = iof__io_executor(io);
+  atomic_store_explicit(&w->state, IOF__W_WAITING, memory_order_relaxed);
+  int r = arm(op);
+  if (r < 0) return r;
+  iof__io_park(th, self, op);
+  disarm(op); /* a claim by a waker unlinked it already */
+  return w->result;
+}
 
 /* Claims a pending op with `result` and wakes its fiber. Any thread. False
  * if something else claimed it first. */

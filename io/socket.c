@@ -78,7 +78,7 @@ typedef struct sock_wait {
  * waiter builds a new one. Never seen by callers. */
 #define RETRY_LIMITS (-0x7ff0)
 
-static int arm(iof_io_op *op) {
+static inline int arm(iof_io_op *op) {
   iof_socket *s = op->obj;
   if (s->closed) return -EBADF;
   if (((sock_wait *)op)->gen !=
@@ -93,7 +93,7 @@ static int arm(iof_io_op *op) {
   return 0;
 }
 
-static void disarm(iof_io_op *op) {
+static inline void disarm(iof_io_op *op) {
   iof_socket *s = op->obj;
   if (!s) return; /* detached by close */
   iof__wq_unlink(queue_of(s, op), &op->node);
@@ -103,21 +103,32 @@ int iof__socket_wait(iof_socket *s, int dir) {
   int d = dir == EV_WRITE;
   for (;;) {
     sock_wait sw;
-    iof__io_op_init(&sw.op, s->io, arm, disarm, s);
-    sw.op.dir = dir;
-    sw.op.io_cancels = true;
     sw.gen = atomic_load_explicit(&s->limit_gen, memory_order_relaxed);
-    int64_t deadline = -1;
     int64_t dl = atomic_load_explicit(&s->deadline[d], memory_order_relaxed);
     int64_t to = atomic_load_explicit(&s->timeout[d], memory_order_relaxed);
-    if (dl | to) { /* a clock read only for sockets with limits */
-      int64_t now = iof__now_ns();
-      int64_t lim = dl ? dl : INT64_MAX;
-      if (to && to < iof__sat_sub(lim, now)) lim = iof__sat_add(now, to);
-      if (lim <= now) return -ETIMEDOUT;
-      deadline = lim;
+    int r;
+    iof_thread_state *th = iof__thread();
+    if (!(dl | to) && iof__io_at_home(th, th->current, s->io)) {
+      /* The usual case: only what the home path and on_io read. */
+      sw.op.io = s->io;
+      sw.op.obj = s;
+      sw.op.dir = dir;
+      sw.op.node.w = &sw.op.w;
+      sw.op.node.index = 0;
+      r = iof__io_wait_home(th, th->current, &sw.op, arm, disarm);
+    } else {
+      iof__io_op_init(&sw.op, s->io, arm, disarm, s);
+      sw.op.dir = dir;
+      int64_t deadline = -1;
+      if (dl | to) { /* a clock read only for sockets with limits */
+        int64_t now = iof__now_ns();
+        int64_t lim = dl ? dl : INT64_MAX;
+        if (to && to < iof__sat_sub(lim, now)) lim = iof__sat_add(now, to);
+        if (lim <= now) return -ETIMEDOUT;
+        deadline = lim;
+      }
+      r = iof__io_wait(&sw.op, deadline);
     }
-    int r = iof__io_wait(&sw.op, deadline);
     if (r != RETRY_LIMITS) return r;
   }
 }
@@ -347,7 +358,7 @@ int iof_socket_local_port(iof_socket *s) {
 /* ---- byte paths -------------------------------------------------------- */
 
 /* Checks shared by every byte call; 1 means "return 0 now" (len 0). */
-static int byte_check(iof_socket *s, const void *buf, size_t len) {
+static inline int byte_check(iof_socket *s, const void *buf, size_t len) {
   int r = iof__socket_check(s);
   if (r < 0) return r;
   if (s->listener) return -EINVAL;
@@ -369,8 +380,9 @@ static void read_done(iof_socket *s, bool full) {
   s->speculative = s->read_first;
 }
 
-/* The read path of read_some and readv (arguments already checked). */
-static ssize_t read_loop(iof_socket *s, const struct iovec *iov, int iovcnt,
+/* The read path of read_some and readv (arguments already checked);
+ * inlined so that read_some's copy has no readv branch and one frame. */
+static inline __attribute__((always_inline)) ssize_t read_loop(iof_socket *s, const struct iovec *iov, int iovcnt,
                          size_t total) {
   for (;;) {
     if (s->read_first) {
@@ -445,8 +457,9 @@ static ssize_t send_once(iof_socket *s, const void *buf, size_t len) {
 }
 
 /* The write path of write_some (all: false) and write (arguments already
- * checked, len > 0): send, and wait for room only when the socket is full. */
-static ssize_t write_loop(iof_socket *s, const char *buf, size_t len,
+ * checked, len > 0): send, and wait for room only when the socket is full.
+ * Inlined: one frame per call. */
+static inline __attribute__((always_inline)) ssize_t write_loop(iof_socket *s, const char *buf, size_t len,
                           bool all) {
   size_t put = 0;
   for (;;) {

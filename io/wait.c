@@ -85,42 +85,19 @@ static void go_home(iof_fiber *self, iof_io_context *io) {
  * running. Left: what a hand-written libev server does, plus one switch
  * each way and one post. */
 
-static int wait_home(iof_thread_state *th, iof_fiber *self, iof_io_context *io,
-                     iof_io_op *op) {
-  iof__wait *w = &op->w;
-  w->result = 0;
-  w->index = -1;
-  w->by_waker = false;
-  w->fiber = self;
-  w->parker = NULL;
-  w->ex = iof__io_executor(io);
-  w->timer_armed = false;
-  w->reg_svc = NULL;
-  atomic_store_explicit(&w->state, IOF__W_WAITING, memory_order_relaxed);
-  int r = op->arm(op);
-  if (r < 0) return r;
+void iof__io_park(iof_thread_state *th, iof_fiber *self, iof_io_op *op) {
   iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
   c->wait_vt = &home_vtbl;
   c->wait_aw = op;
   iof__fiber_park(th, self); /* th is stale once back: not used again */
   c->wait_vt = NULL;
   iof__refresh_allocator(self);
-  op->disarm(op); /* a claim by a waker unlinked it already */
-  return w->result;
 }
 
 int iof__io_wait(iof_io_op *op, int64_t deadline_ns) {
-  iof_thread_state *th = iof__thread();
-  iof_fiber *self = th->current;
-  if (self == &th->root || !self->env) return -EPERM;
+  iof_fiber *self = iof_fiber_current();
+  if (!self || !self->env) return -EPERM;
   iof_io_context *io = op->io;
-  const iof_env *env = self->env;
-  if (op->io_cancels && deadline_ns < 0 && !env->stop_token.state &&
-      env->executor.ex == io && env->executor.vt == &iof__io_vtbl &&
-      !self->strand && iof__thread_runs_top(th, &io->ctx)) {
-    if (iof_execution_context_stopping(&io->ctx)) return -ECANCELED;
-    return wait_home(th, self, io, op);
-  }
   if (iof__stop_requested(self->env->stop_token) ||
       iof_execution_context_stopping(&io->ctx))
     return -ECANCELED;
