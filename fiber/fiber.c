@@ -26,8 +26,9 @@ typedef struct switch_msg {
   int kind;
 } switch_msg;
 
-static __thread iof_thread_state tls_state
+__thread iof_thread_state iof__tls_state
     __attribute__((tls_model("initial-exec")));
+#define tls_state iof__tls_state
 
 static pthread_key_t thread_key;
 static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;

@@ -76,6 +76,28 @@ IOF_HIDDEN int iof__fiber_park(iof_thread_state *th, iof_fiber *self);
  * stack, which holds th across resumes: th cannot go stale there. */
 IOF_HIDDEN int iof__fiber_run(iof_thread_state *th, iof_fiber *f);
 
+/* The thread state itself (fiber.c); read it through iof__thread or
+ * iof__thread_fast only. */
+IOF_HIDDEN extern __thread iof_thread_state iof__tls_state
+    __attribute__((tls_model("initial-exec")));
+
+/* iof__thread inlined, for the hot paths. The thread pointer is read by a
+ * volatile asm ordered with memory (and so with every call, the fiber
+ * switch included): unlike a plain TLS access, the compiler cannot reuse
+ * the address computed before a switch after which the fiber may run on
+ * another thread. */
+static inline iof_thread_state *iof__thread_fast(void) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  char *tp;
+  __asm__ volatile("movq %%fs:0, %0" : "=r"(tp) : : "memory");
+  iof_thread_state *th =
+      (iof_thread_state *)(tp + ((char *)&iof__tls_state -
+                                 (char *)__builtin_thread_pointer()));
+  if (__builtin_expect(th->ready, 1)) return th;
+#endif
+  return iof__thread();
+}
+
 /* The thread's state if it has run fibers, else NULL; async-signal-safe. */
 IOF_HIDDEN iof_thread_state *iof__thread_peek(void);
 

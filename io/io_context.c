@@ -98,7 +98,7 @@ static long run_batch(iof_io_context *io, long max) {
   iof_fiber_queue batch = io->local;
   io->local.head = io->local.tail = NULL;
   long n = 0;
-  iof_thread_state *th = iof__thread(); /* the loop's own stack: stays */
+  iof_thread_state *th = iof__thread_fast(); /* the loop's stack: stays */
   while (batch.head && (max < 0 || n < max)) {
     iof__fiber_run(th, iof__q_pop(&batch));
     n++;

@@ -107,7 +107,7 @@ int iof__socket_wait(iof_socket *s, int dir) {
     int64_t dl = atomic_load_explicit(&s->deadline[d], memory_order_relaxed);
     int64_t to = atomic_load_explicit(&s->timeout[d], memory_order_relaxed);
     int r;
-    iof_thread_state *th = iof__thread();
+    iof_thread_state *th = iof__thread_fast();
     if (!(dl | to) && iof__io_at_home(th, th->current, s->io)) {
       /* The usual case: only what the home path and on_io read. */
       sw.op.io = s->io;
@@ -364,8 +364,9 @@ static inline int byte_check(iof_socket *s, const void *buf, size_t len) {
   if (s->listener) return -EINVAL;
   if (!buf && len) return -EFAULT;
   if (!len) return 1;
-  iof_fiber *self = iof_fiber_current();
-  if (!self || !self->env) return -EPERM;
+  iof_thread_state *th = iof__thread_fast();
+  iof_fiber *self = th->current;
+  if (self == &th->root || !self->env) return -EPERM;
   if (iof__stop_requested(self->env->stop_token)) return -ECANCELED;
   return 0;
 }
