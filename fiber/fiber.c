@@ -417,6 +417,15 @@ int iof__fiber_park(iof_thread_state *th, iof_fiber *self) {
   return switch_to(th, self, self->resumer, SW_SUSPEND, NULL, NULL);
 }
 
+int iof__fiber_handoff(iof_thread_state *th, iof_fiber *self, iof_fiber *next) {
+  int st = next->state;
+  if (__builtin_expect(st != IOF_FS_SUSPENDED && st != IOF_FS_CREATED, 0))
+    return iof__fiber_park(th, self); /* as a resume would refuse it */
+  next->resumer = self->resumer;
+  next->state = IOF_FS_RUNNING;
+  return switch_to(th, self, next, SW_SUSPEND, NULL, NULL);
+}
+
 int iof_fiber_suspend(void) {
   return suspend(NULL, NULL);
 }

@@ -72,6 +72,12 @@ IOF_HIDDEN iof_thread_state *iof__thread(void);
  * its current fiber (not the root): no look-up, no hook. */
 IOF_HIDDEN int iof__fiber_park(iof_thread_state *th, iof_fiber *self);
 
+/* Suspends self (th's current fiber) and runs next in its place, for
+ * self's resumer: what a run loop would do next, without switching to the
+ * loop in between. next must be suspended or new (else self just parks). */
+IOF_HIDDEN int iof__fiber_handoff(iof_thread_state *th, iof_fiber *self,
+                                  iof_fiber *next);
+
 /* iof_fiber_resume of f (not NULL) by a run loop on its thread's own
  * stack, which holds th across resumes: th cannot go stale there. */
 IOF_HIDDEN int iof__fiber_run(iof_thread_state *th, iof_fiber *f);

@@ -95,14 +95,26 @@ __attribute__((constructor)) static void name_io(void) {
  * yields in a loop cannot starve libev. Returns how many ran. */
 static long run_batch(iof_io_context *io, long max) {
   take_remote(io);
-  iof_fiber_queue batch = io->local;
+  /* Saved and restored: a fiber of the batch may run another loop. */
+  iof_fiber_queue outer = io->batch;
+  iof_fiber *outer_runner = io->batch_runner;
+  long outer_handed = io->handed;
+  io->batch = io->local;
   io->local.head = io->local.tail = NULL;
-  long n = 0;
   iof_thread_state *th = iof__thread_fast(); /* the loop's stack: stays */
-  while (batch.head && (max < 0 || n < max)) {
-    iof__fiber_run(th, iof__q_pop(&batch));
+  /* Hand-offs skip the count of max: only for an unlimited batch. */
+  io->batch_runner = max < 0 ? th->current : NULL;
+  io->handed = 0;
+  long n = 0;
+  while (io->batch.head && (max < 0 || n < max)) {
+    iof__fiber_run(th, iof__q_pop(&io->batch));
     n++;
   }
+  n += io->handed;
+  iof_fiber_queue batch = io->batch;
+  io->batch = outer;
+  io->batch_runner = outer_runner;
+  io->handed = outer_handed;
   if (batch.head) { /* over the limit: back in front, in order */
     batch.tail->next = io->local.head;
     if (!io->local.head) io->local.tail = batch.tail;

@@ -24,6 +24,14 @@ struct iof_io_context {
   ev_prepare prepare; /* attached: runs ready fibers before the loop blocks */
   ev_timer deadline;  /* run_for */
   iof_fiber_queue local;
+  /* The batch run_batch is running, and who runs it (the loop's fiber, the
+   * resumer of every fiber of the batch; NULL when handing off is off): a
+   * fiber that parks at home switches straight to the next fiber of the
+   * batch (iof__io_park) instead of through the loop. `handed` counts
+   * those switches for the loop's count of fibers run. */
+  iof_fiber_queue batch;
+  iof_fiber *batch_runner;
+  long handed;
   pthread_mutex_t rlock;
   iof_fiber_queue remote;
   atomic_bool remote_pending;

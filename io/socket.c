@@ -383,8 +383,8 @@ static void read_done(iof_socket *s, bool full) {
 
 /* The read path of read_some and readv (arguments already checked);
  * inlined so that read_some's copy has no readv branch and one frame. */
-static inline __attribute__((always_inline)) ssize_t read_loop(iof_socket *s, const struct iovec *iov, int iovcnt,
-                         size_t total) {
+static inline __attribute__((always_inline)) ssize_t
+read_loop(iof_socket *s, const struct iovec *iov, int iovcnt, size_t total) {
   for (;;) {
     if (s->read_first) {
       ssize_t n = iovcnt == 1 ? read(s->fd, iov[0].iov_base, iov[0].iov_len)
@@ -460,8 +460,8 @@ static ssize_t send_once(iof_socket *s, const void *buf, size_t len) {
 /* The write path of write_some (all: false) and write (arguments already
  * checked, len > 0): send, and wait for room only when the socket is full.
  * Inlined: one frame per call. */
-static inline __attribute__((always_inline)) ssize_t write_loop(iof_socket *s, const char *buf, size_t len,
-                          bool all) {
+static inline __attribute__((always_inline)) ssize_t
+write_loop(iof_socket *s, const char *buf, size_t len, bool all) {
   size_t put = 0;
   for (;;) {
     ssize_t n = send_once(s, buf + put, len - put);

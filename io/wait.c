@@ -89,7 +89,16 @@ void iof__io_park(iof_thread_state *th, iof_fiber *self, iof_io_op *op) {
   iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
   c->wait_vt = &home_vtbl;
   c->wait_aw = op;
-  iof__fiber_park(th, self); /* th is stale once back: not used again */
+  /* th is stale once back: not used again. */
+  iof_io_context *io = op->io;
+  iof_fiber *next = io->batch.head;
+  if (next && io->batch_runner == self->resumer) {
+    iof__q_pop(&io->batch); /* the loop would resume it next: do it here */
+    io->handed++;
+    iof__fiber_handoff(th, self, next);
+  } else {
+    iof__fiber_park(th, self);
+  }
   c->wait_vt = NULL;
   iof__refresh_allocator(self);
 }
