@@ -99,38 +99,53 @@ static inline void disarm(iof_io_op *op) {
   iof__wq_unlink(queue_of(s, op), &op->node);
 }
 
-int iof__socket_wait(iof_socket *s, int dir) {
+/* Any socket wait: with limits, away from home, or retried. */
+static __attribute__((noinline)) int wait_any(iof_socket *s, int dir) {
   int d = dir == EV_WRITE;
   for (;;) {
     sock_wait sw;
     sw.gen = atomic_load_explicit(&s->limit_gen, memory_order_relaxed);
     int64_t dl = atomic_load_explicit(&s->deadline[d], memory_order_relaxed);
     int64_t to = atomic_load_explicit(&s->timeout[d], memory_order_relaxed);
-    int r;
-    iof_thread_state *th = iof__thread_fast();
-    if (!(dl | to) && iof__io_at_home(th, th->current, s->io)) {
-      /* The usual case: only what the home path and on_io read. */
-      sw.op.io = s->io;
-      sw.op.obj = s;
-      sw.op.dir = dir;
-      sw.op.node.w = &sw.op.w;
-      sw.op.node.index = 0;
-      r = iof__io_wait_home(th, th->current, &sw.op, arm, disarm);
-    } else {
-      iof__io_op_init(&sw.op, s->io, arm, disarm, s);
-      sw.op.dir = dir;
-      int64_t deadline = -1;
-      if (dl | to) { /* a clock read only for sockets with limits */
-        int64_t now = iof__now_ns();
-        int64_t lim = dl ? dl : INT64_MAX;
-        if (to && to < iof__sat_sub(lim, now)) lim = iof__sat_add(now, to);
-        if (lim <= now) return -ETIMEDOUT;
-        deadline = lim;
-      }
-      r = iof__io_wait(&sw.op, deadline);
+    iof__io_op_init(&sw.op, s->io, arm, disarm, s);
+    sw.op.dir = dir;
+    int64_t deadline = -1;
+    if (dl | to) { /* a clock read only for sockets with limits */
+      int64_t now = iof__now_ns();
+      int64_t lim = dl ? dl : INT64_MAX;
+      if (to && to < iof__sat_sub(lim, now)) lim = iof__sat_add(now, to);
+      if (lim <= now) return -ETIMEDOUT;
+      deadline = lim;
     }
+    int r = iof__io_wait(&sw.op, deadline);
     if (r != RETRY_LIMITS) return r;
   }
+}
+
+/* The usual wait, inlined into the byte paths: no limits, at home; only
+ * what the home path and on_io read is set. Anything else, or a retry
+ * (the limits changed while waiting), goes to wait_any. */
+static inline __attribute__((always_inline)) int socket_wait(iof_socket *s,
+                                                             int dir) {
+  int d = dir == EV_WRITE;
+  iof_thread_state *th = iof__thread_fast();
+  if (atomic_load_explicit(&s->deadline[d], memory_order_relaxed) |
+          atomic_load_explicit(&s->timeout[d], memory_order_relaxed) ||
+      !iof__io_at_home(th, th->current, s->io))
+    return wait_any(s, dir);
+  sock_wait sw;
+  sw.gen = atomic_load_explicit(&s->limit_gen, memory_order_relaxed);
+  sw.op.io = s->io;
+  sw.op.obj = s;
+  sw.op.dir = dir;
+  sw.op.node.w = &sw.op.w;
+  sw.op.node.index = 0;
+  int r = iof__io_wait_home(th, th->current, &sw.op, arm, disarm);
+  return r != RETRY_LIMITS ? r : wait_any(s, dir);
+}
+
+int iof__socket_wait(iof_socket *s, int dir) {
+  return socket_wait(s, dir);
 }
 
 /* Stores one limit and sends the waiters of that direction back to
@@ -398,7 +413,7 @@ read_loop(iof_socket *s, const struct iovec *iov, int iovcnt, size_t total) {
       if (s->speculative) s->spec_missed = true;
     }
     s->read_first = false;
-    int r = iof__socket_wait(s, EV_READ);
+    int r = socket_wait(s, EV_READ);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
     s->read_first = true;
@@ -472,7 +487,7 @@ write_loop(iof_socket *s, const char *buf, size_t len, bool all) {
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
-    int r = iof__socket_wait(s, EV_WRITE);
+    int r = socket_wait(s, EV_WRITE);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
   }
