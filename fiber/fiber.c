@@ -161,7 +161,7 @@ __asm__(".text\n"
         "iof__switch:\n"
         "  leaq 1f(%rip), %rax\n"
         "  pushq %rax\n"
-        "  jmp " IOF_FCTX_JUMP_NAME "@PLT\n"
+        "  jmp *" IOF_FCTX_JUMP_NAME "@GOTPCREL(%rip)\n"
         "1:\n"
         "  endbr64\n"
         "  subq $8, %rsp\n" /* 16-byte alignment for the call */
@@ -176,7 +176,7 @@ __asm__(".text\n"
         "  movq %rdx, %rsi\n"
         "  leaq 1b(%rip), %rax\n"
         "  pushq %rax\n"
-        "  jmp " IOF_FCTX_JUMP_NAME "@PLT\n"
+        "  jmp *" IOF_FCTX_JUMP_NAME "@GOTPCREL(%rip)\n"
         ".size iof__switch, .-iof__switch\n");
 
 static __thread switch_msg tls_msg __attribute__((tls_model("initial-exec")));

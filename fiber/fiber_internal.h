@@ -87,20 +87,29 @@ IOF_HIDDEN int iof__fiber_run(iof_thread_state *th, iof_fiber *f);
 IOF_HIDDEN extern __thread iof_thread_state iof__tls_state
     __attribute__((tls_model("initial-exec")));
 
-/* iof__thread inlined, for the hot paths. The thread pointer is read by a
- * volatile asm ordered with memory (and so with every call, the fiber
- * switch included): unlike a plain TLS access, the compiler cannot reuse
- * the address computed before a switch after which the fiber may run on
- * another thread. */
-static inline iof_thread_state *iof__thread_fast(void) {
+/* The address of an initial-exec TLS variable of this thread, for the hot
+ * paths. The thread pointer is read by a volatile asm ordered with memory
+ * (and so with every call, the fiber switch included): unlike a plain TLS
+ * access, the compiler cannot reuse an address computed before a switch
+ * after which the fiber may run on another thread. NULL where that is not
+ * available (the caller then uses its noinline accessor). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+static inline char *iof__tp(void) {
   char *tp;
   __asm__ volatile("movq %%fs:0, %0" : "=r"(tp) : : "memory");
-  iof_thread_state *th =
-      (iof_thread_state *)(tp + ((char *)&iof__tls_state -
-                                 (char *)__builtin_thread_pointer()));
-  if (__builtin_expect(th->ready, 1)) return th;
+  return tp;
+}
+#define IOF__TLS_ADDR(var)                                                     \
+  ((__typeof__(&(var)))(iof__tp() +                                          \
+                        ((char *)&(var) - (char *)__builtin_thread_pointer())))
+#else
+#define IOF__TLS_ADDR(var) ((__typeof__(&(var)))NULL)
 #endif
+
+/* iof__thread inlined (see IOF__TLS_ADDR). */
+static inline iof_thread_state *iof__thread_fast(void) {
+  iof_thread_state *th = IOF__TLS_ADDR(iof__tls_state);
+  if (__builtin_expect(th && th->ready, 1)) return th;
   return iof__thread();
 }
 

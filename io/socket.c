@@ -46,6 +46,10 @@ static void fail_all(iof__waitq *q, int err) {
 
 static void on_io(struct ev_loop *loop, ev_io *ew, int revents) {
   iof_socket *s = ew->data;
+  if (__builtin_expect(revents == EV_READ, 1)) { /* the usual event */
+    if (!wake_first(s, &s->rd)) set_interest(s, s->interest & ~EV_READ);
+    return;
+  }
   if (revents & EV_ERROR) {
     /* The kernel refused to watch the descriptor (epoll_ctl: ENOMEM,
      * ENOSPC): libev stopped the watcher. Waking the waiters as if ready

@@ -5,8 +5,9 @@
 
 #include <errno.h>
 
-static __thread iof_frame_allocator *tls_alloc
+__thread iof_frame_allocator *iof__tls_alloc
     __attribute__((tls_model("initial-exec")));
+#define tls_alloc iof__tls_alloc
 
 /* noinline accessors: see fiber_internal.h on TLS across switches. */
 __attribute__((noinline)) iof_frame_allocator *

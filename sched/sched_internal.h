@@ -99,10 +99,18 @@ static inline bool iof__thread_runs_top(const iof_thread_state *th,
 
 /* What every resume of a launched fiber makes current: the env's frame
  * allocator, or the fiber's own (effective) one when the env has none. */
+IOF_HIDDEN extern __thread iof_frame_allocator *iof__tls_alloc
+    __attribute__((tls_model("initial-exec")));
+
 static inline void iof__refresh_allocator(const iof_fiber *self) {
   const iof_env *env = self->env;
-  iof_set_current_frame_allocator(env->frame_allocator ? env->frame_allocator
-                                                       : self->alloc);
+  iof_frame_allocator *a =
+      env->frame_allocator ? env->frame_allocator : self->alloc;
+  iof_frame_allocator **slot = IOF__TLS_ADDR(iof__tls_alloc);
+  if (slot)
+    *slot = a;
+  else
+    iof_set_current_frame_allocator(a);
 }
 
 /* Shutdown rule of the built-in executors: once their context is
