@@ -381,8 +381,8 @@ static inline int byte_check(iof_socket *s, const void *buf, size_t len) {
   int r = iof__socket_check(s);
   if (r < 0) return r;
   if (s->listener) return -EINVAL;
-  if (!buf && len) return -EFAULT;
   if (!len) return 1;
+  if (!buf) return -EFAULT;
   iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   if (self == &th->root || !self->env) return -EPERM;
@@ -491,7 +491,9 @@ write_loop(iof_socket *s, const char *buf, size_t len, bool all) {
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
-    int r = socket_wait(s, EV_WRITE);
+    /* Out of line: a write seldom waits, and the wait's frame would cost
+     * every write its saved registers. */
+    int r = iof__socket_wait(s, EV_WRITE);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
   }
