@@ -1,0 +1,224 @@
+/* The home path of socket waits: a fiber of an io_context waiting on one of
+ * its sockets, with no deadline and no stop token, is published and armed
+ * before it switches away, stays out of the shutdown registry and hands
+ * its thread straight to the next fiber of the run loop's batch. What must
+ * still hold: a shutdown from another thread fails the wait, a close
+ * wakes it, the wake order is the readiness order, run_one runs one fiber
+ * and poll counts every fiber it ran, the debugger sees the wait, and a
+ * fiber with a stop token (the general path) still gets cancelled.
+ *
+ * IOF_TEST_THREADED */
+#include "test_support.h"
+
+#include <iofiber/iofiber.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+IOF_TEST_WATCHDOG(arm, disarm, 30)
+
+/* A socket of io over one end of a fresh socketpair; *peer gets the other
+ * end (a plain fd). */
+static iof_socket *pair(iof_io_context *io, int *peer) {
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  iof_socket *s = NULL;
+  assert_int_equal(iof_socket_adopt(io, sv[0], &s), 0);
+  *peer = sv[1];
+  return s;
+}
+
+typedef struct reader {
+  iof_socket *s;
+  atomic_int started;
+  atomic_long result;
+  int id;
+  int *order; /* shared log of ids, in wake order */
+  atomic_int *olen;
+} reader;
+
+static int read_once(void *arg) {
+  reader *r = arg;
+  char c;
+  atomic_store(&r->started, 1);
+  ssize_t n = iof_read_some(r->s, &c, 1);
+  if (r->order) r->order[atomic_fetch_add(r->olen, 1)] = r->id;
+  atomic_store(&r->result, (long)n);
+  return 0;
+}
+
+static void *run_io(void *arg) {
+  iof_io_context_run(arg);
+  return NULL;
+}
+
+/* Waits until a fiber is suspended in an io wait on a socket, as the
+ * debugger reports it. */
+typedef struct seen {
+  int waiting;
+} seen;
+
+static int count_waiting(const iof_fiber_info *info, void *arg) {
+  if (info->state == IOF_FIBER_SUSPENDED &&
+      strcmp(info->waiting, "io: socket readable") == 0)
+    ((seen *)arg)->waiting++;
+  return 0;
+}
+
+static bool wait_parked(int want) {
+  for (int i = 0; i < 5000; i++) {
+    seen sn = {0};
+    iof_fiber_walk(count_waiting, &sn);
+    if (sn.waiting >= want) return true;
+    sleep_ms(1);
+  }
+  return false;
+}
+
+/* A shutdown requested from another thread while the io thread runs fails
+ * the parked read with -ECANCELED, and the run then ends (no work left). */
+static void test_shutdown_from_other_thread(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  int peer;
+  reader r = {.s = pair(io, &peer)};
+  assert_int_equal(
+      iof_run_async(iof_io_context_executor(io), NULL, read_once, &r), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, run_io, io), 0);
+  assert_true(wait_parked(1));
+  iof_execution_context_shutdown(iof_io_context_context(io));
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&r.result), -ECANCELED);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  close(peer);
+}
+
+/* Destroying the context (not running) fails the parked wait too. */
+static void test_destroy_fails_parked_read(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  int peer;
+  reader r = {.s = pair(io, &peer)};
+  atomic_store(&r.result, 1);
+  assert_int_equal(
+      iof_run_async(iof_io_context_executor(io), NULL, read_once, &r), 0);
+  assert_int_equal(iof_io_context_poll(io), 1);
+  assert_int_equal(atomic_load(&r.started), 1);
+  assert_int_equal(atomic_load(&r.result), 1); /* still waiting */
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&r.result), -ECANCELED);
+  close(peer);
+}
+
+static int closer(void *arg) {
+  iof_socket_close(arg);
+  return 0;
+}
+
+/* A close by another fiber wakes the parked reader with an error. */
+static void test_close_wakes_reader(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  int peer;
+  reader r = {.s = pair(io, &peer)};
+  iof_executor_ref ex = iof_io_context_executor(io);
+  assert_int_equal(iof_run_async(ex, NULL, read_once, &r), 0);
+  assert_int_equal(iof_io_context_poll(io), 1);
+  assert_int_equal(iof_run_async(ex, NULL, closer, r.s), 0);
+  assert_int_equal(iof_io_context_run(io), 2); /* closer, then the reader */
+  long res = atomic_load(&r.result);
+  assert_true(res == -ECANCELED || res == -EBADF);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  close(peer);
+}
+
+#define NREADERS 8
+
+/* Readers parked on their own sockets all wake, each exactly once,
+ * hand-offs included; run_one runs one of them and the runs count each. */
+static void test_wake_order_and_counts(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  iof_executor_ref ex = iof_io_context_executor(io);
+  reader rs[NREADERS];
+  int peers[NREADERS];
+  int order[NREADERS];
+  atomic_int olen = 0;
+  for (int i = 0; i < NREADERS; i++) {
+    memset(&rs[i], 0, sizeof rs[i]);
+    rs[i].s = pair(io, &peers[i]);
+    rs[i].id = i;
+    rs[i].order = order;
+    rs[i].olen = &olen;
+    assert_int_equal(iof_run_async(ex, NULL, read_once, &rs[i]), 0);
+  }
+  /* Each reader runs once and parks, the batch handing off from one to
+   * the next: every one of them is counted. */
+  assert_int_equal(iof_io_context_poll(io), NREADERS);
+  assert_true(wait_parked(NREADERS));
+  /* All readable before the loop looks again. */
+  for (int i = 0; i < NREADERS; i++)
+    assert_int_equal(write(peers[i], "x", 1), 1);
+  /* run_one runs exactly one fiber, with no hand-off to the others. */
+  assert_int_equal(iof_io_context_run_one(io), 1);
+  assert_int_equal(atomic_load(&olen), 1);
+  assert_int_equal(iof_io_context_run(io), NREADERS - 1);
+  assert_int_equal(atomic_load(&olen), NREADERS);
+  int seen_ids = 0;
+  for (int i = 0; i < NREADERS; i++) {
+    seen_ids |= 1 << order[i];
+    assert_int_equal(atomic_load(&rs[i].result), 1);
+  }
+  assert_int_equal(seen_ids, (1 << NREADERS) - 1); /* each exactly once */
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  for (int i = 0; i < NREADERS; i++) close(peers[i]);
+}
+
+static void *request_later(void *arg) {
+  sleep_ms(50);
+  iof_stop_source_request(arg);
+  return NULL;
+}
+
+/* With a stop token the wait takes the general path: a request from
+ * another thread cancels it. */
+static void test_stop_token_cancels(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  int peer;
+  reader r = {.s = pair(io, &peer)};
+  iof_stop_source src;
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  iof_launch_opts o = {0};
+  o.stop_token = iof_stop_source_token(&src);
+  assert_int_equal(
+      iof_run_async(iof_io_context_executor(io), &o, read_once, &r), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, request_later, &src), 0);
+  assert_true(iof_io_context_run(io) >= 1);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&r.result), -ECANCELED);
+  iof_stop_source_destroy(&src);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  close(peer);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_shutdown_from_other_thread, arm,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(test_destroy_fails_parked_read, arm,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(test_close_wakes_reader, arm, disarm),
+      cmocka_unit_test_setup_teardown(test_wake_order_and_counts, arm, disarm),
+      cmocka_unit_test_setup_teardown(test_stop_token_cancels, arm, disarm),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
