@@ -79,6 +79,11 @@ static bool wait_parked(int want) {
   return false;
 }
 
+static int signal_parked(void *arg) {
+  atomic_store((atomic_int *)arg, 1);
+  return 0;
+}
+
 /* A shutdown requested from another thread while the io thread runs fails
  * the parked read with -ECANCELED, and the run then ends (no work left). */
 static void test_shutdown_from_other_thread(void **state) {
@@ -87,11 +92,16 @@ static void test_shutdown_from_other_thread(void **state) {
   assert_non_null(io);
   int peer;
   reader r = {.s = pair(io, &peer)};
-  assert_int_equal(
-      iof_run_async(iof_io_context_executor(io), NULL, read_once, &r), 0);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  assert_int_equal(iof_run_async(ex, NULL, read_once, &r), 0);
+  /* Runs after the reader, once it has parked (same thread, FIFO). */
+  atomic_int parked = 0;
+  assert_int_equal(iof_run_async(ex, NULL, signal_parked, &parked), 0);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, run_io, io), 0);
-  assert_true(wait_parked(1));
+  for (int i = 0; i < 5000 && !atomic_load(&parked); i++) sleep_ms(1);
+  assert_int_equal(atomic_load(&parked), 1);
+  sleep_ms(20); /* let the loop block in libev */
   iof_execution_context_shutdown(iof_io_context_context(io));
   pthread_join(t, NULL);
   assert_int_equal(atomic_load(&r.result), -ECANCELED);
