@@ -86,8 +86,12 @@ const iof_executor_vtbl iof__io_vtbl = {
     io_dispatch,   io_post,         NULL,
     io_context_of, io_work_started, io_work_finished};
 
+/* Names a fiber yielding at home for iof_fiber_walk (io_yield). */
+static const iof_awaitable_vtbl yield_label = {NULL, NULL, NULL};
+
 __attribute__((constructor)) static void name_io(void) {
   iof__debug_label(&iof__io_vtbl, "io_context", NULL);
+  iof__debug_label(&yield_label, "yield", NULL);
 }
 
 /* Resumes the fibers ready now, at most max of them (max < 0: all);
@@ -232,7 +236,35 @@ static void io_timer_cancel(iof_execution_context *ctx, iof__timer *t) {
   ev_timer_stop(((iof_io_context *)ctx)->loop, (ev_timer *)(void *)t->impl);
 }
 
-static const iof__ctx_kind io_kind = {io_timer_arm, io_timer_cancel};
+/* iof_yield of a fiber at home: straight onto the local queue (the loop
+ * resumes it with the next batch) and the thread to the next fiber of this
+ * batch, or back to the loop. Only this thread takes from the local queue,
+ * so queueing before the switch away is safe. With nothing else ready, the
+ * fiber continues at once (see below). */
+static int io_yield(iof_execution_context *ctx, iof_executor_ref ex,
+                    iof_thread_state *th, iof_fiber *self) {
+  iof_io_context *io = (iof_io_context *)ctx;
+  if (ex.vt != &iof__io_vtbl || ex.ex != io) return 1; /* elsewhere */
+  if (atomic_load_explicit(&io->ctx.state, memory_order_acquire))
+    return -ECANCELED; /* shutting down */
+  if (io->batch_runner == self->resumer && !io->batch.head && !io->local.head &&
+      !atomic_load_explicit(&io->remote_pending, memory_order_relaxed) &&
+      io->handed < POLL_EVERY - 1) {
+    /* Nothing else is ready: the loop would resume this fiber next. It
+     * continues at once, counted as run; every POLL_EVERY-th yield still
+     * goes through the loop, which polls I/O and timers then. */
+    io->handed++;
+    iof__refresh_allocator(self); /* as every resume */
+    return 0;
+  }
+  iof__q_push(&io->local, self);
+  if (!io->own_loop && !ev_is_active(&io->idle))
+    ev_idle_start(io->loop, &io->idle); /* a host's loop must not block */
+  iof__io_park(th, self, io, &yield_label, NULL);
+  return 0;
+}
+
+static const iof__ctx_kind io_kind = {io_timer_arm, io_timer_cancel, io_yield};
 
 iof_io_context *iof__io_of(iof_execution_context *ctx) {
   return ctx && ctx->kind == &io_kind ? (iof_io_context *)ctx : NULL;
@@ -380,7 +412,6 @@ static bool spin_for_return(iof_io_context *io) {
 
 /* The one loop behind run, run_one, poll and run_for. max_fibers < 0: no
  * limit; wait: block in libev when nothing is ready; timeout_ns < 0: none. */
-#define POLL_EVERY 64
 
 static int drive(iof_io_context *io, long max_fibers, bool wait,
                  int64_t timeout_ns) {

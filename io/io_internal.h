@@ -15,6 +15,10 @@
 
 typedef struct iof_io_op iof_io_op;
 
+/* While fibers are ready, the run loop polls libev once per POLL_EVERY
+ * fibers run (hand-offs and yields that continue at once included). */
+#define POLL_EVERY 64
+
 struct iof_io_context {
   iof_execution_context ctx;
   struct ev_loop *loop;
@@ -123,10 +127,32 @@ static inline bool iof__io_at_home(const iof_thread_state *th,
          !self->strand && iof__thread_runs_top(th, &io->ctx);
 }
 
-/* Suspends self (at home, th's current fiber) in the home path's wait on
- * op, armed and published; returns once a claim posted it back. */
-IOF_HIDDEN void iof__io_park(iof_thread_state *th, iof_fiber *self,
-                             iof_io_op *op);
+/* Suspends self (at home on io, th's current fiber), already armed or
+ * queued so that io's thread resumes it: hands the thread to the next
+ * fiber of the loop's batch, or back to the loop. label (an awaitable
+ * vtable named with iof__debug_label) and what tell iof_fiber_walk what it
+ * waits for. Returns once resumed. */
+static inline void iof__io_park(iof_thread_state *th, iof_fiber *self,
+                                iof_io_context *io, const void *label,
+                                void *what) {
+  iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
+  c->wait_vt = label;
+  c->wait_aw = what;
+  /* th is stale once back: not used again. */
+  iof_fiber *next = io->batch.head;
+  if (next && io->batch_runner == self->resumer) {
+    iof__q_pop(&io->batch); /* the loop would resume it next: do it here */
+    io->handed++;
+    iof__fiber_handoff(th, self, next);
+  } else {
+    iof__fiber_park(th, self);
+  }
+  c->wait_vt = NULL;
+  iof__refresh_allocator(self);
+}
+
+/* The label of the home path's io waits (what: the iof_io_op). */
+IOF_HIDDEN extern const iof_awaitable_vtbl iof__io_home_vtbl;
 
 /* iof__io_wait with no deadline for a fiber at home (iof__io_at_home),
  * for an op whose arm queues it where io's shutdown fails it (a socket's
@@ -149,7 +175,7 @@ iof__io_wait_home(iof_thread_state *th, iof_fiber *self, iof_io_op *op,
   atomic_store_explicit(&w->state, IOF__W_WAITING, memory_order_relaxed);
   int r = arm(op);
   if (r < 0) return r;
-  iof__io_park(th, self, op);
+  iof__io_park(th, self, io, &iof__io_home_vtbl, op);
   disarm(op); /* a claim by a waker unlinked it already */
   return w->result;
 }

@@ -48,7 +48,7 @@ static iof_fiber *to_home(void *self, iof_fiber *h, const iof_env *env) {
 static const iof_awaitable_vtbl to_io_vtbl = {NULL, to_io, NULL};
 static const iof_awaitable_vtbl to_home_vtbl = {NULL, to_home, NULL};
 /* Names the home path's waits (below) for iof_fiber_walk; never awaited. */
-static const iof_awaitable_vtbl home_vtbl = {NULL, NULL, NULL};
+const iof_awaitable_vtbl iof__io_home_vtbl = {NULL, NULL, NULL};
 
 /* What iof_fiber_walk says of a fiber suspended in an io wait. */
 static const char *describe_io(const void *p, const void **obj) {
@@ -61,7 +61,7 @@ static const char *describe_io(const void *p, const void **obj) {
 
 __attribute__((constructor)) static void name_waits(void) {
   iof__debug_wait_kind(io_begin, describe_io);
-  iof__debug_label(&home_vtbl, "io", describe_io);
+  iof__debug_label(&iof__io_home_vtbl, "io", describe_io);
   iof__debug_label(&to_io_vtbl, "hop to an io_context", NULL);
   iof__debug_label(&to_home_vtbl, "hop back from an io_context", NULL);
 }
@@ -84,24 +84,6 @@ static void go_home(iof_fiber *self, iof_io_context *io) {
  * sched/'s shutdown registry; and the chain's own work count keeps io
  * running. Left: what a hand-written libev server does, plus one switch
  * each way and one post. */
-
-void iof__io_park(iof_thread_state *th, iof_fiber *self, iof_io_op *op) {
-  iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
-  c->wait_vt = &home_vtbl;
-  c->wait_aw = op;
-  /* th is stale once back: not used again. */
-  iof_io_context *io = op->io;
-  iof_fiber *next = io->batch.head;
-  if (next && io->batch_runner == self->resumer) {
-    iof__q_pop(&io->batch); /* the loop would resume it next: do it here */
-    io->handed++;
-    iof__fiber_handoff(th, self, next);
-  } else {
-    iof__fiber_park(th, self);
-  }
-  c->wait_vt = NULL;
-  iof__refresh_allocator(self);
-}
 
 int iof__io_wait(iof_io_op *op, int64_t deadline_ns) {
   iof_fiber *self = iof_fiber_current();

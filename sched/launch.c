@@ -2,6 +2,7 @@
  * fibers. The env lives in the fiber's control block for the chain's life;
  * iof_run swaps in one on the caller's stack for the length of a call. */
 #include "sched/sched_internal.h"
+#include "sched/timer_internal.h"
 
 #include <errno.h>
 
@@ -246,8 +247,20 @@ static iof_fiber *strand_yield_hook(iof_fiber *h, void *arg) {
 }
 
 int iof_yield(void) {
-  iof_fiber *self = launched_self();
-  if (!self) return -EPERM;
+  iof_thread_state *th = iof__thread_fast();
+  iof_fiber *self = th->current;
+  if (self == &th->root || !self->env) return -EPERM;
+  const iof_run_mark *m = th->marks;
+  if (m && !self->strand) {
+    /* The context this thread runs may requeue the fiber itself, if the
+     * fiber is at home there (an io_context's own executor). */
+    iof_execution_context *ctx = (iof_execution_context *)m->ctx;
+    const iof__ctx_kind *k = ctx->kind;
+    if (k && k->yield) {
+      int r = k->yield(ctx, self->env->executor, th, self);
+      if (r <= 0) return r;
+    }
+  }
   if (iof__env_stopping(self->env)) return -ECANCELED;
   if (iof__is_strand_of(self->env->executor, self)) {
     int err = 0;

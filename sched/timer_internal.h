@@ -39,9 +39,18 @@ typedef struct iof__timer {
  * arm never fires before returning and returns 0 or -ENOMEM (the loop
  * cannot take another timer: then nothing was armed); after cancel, fire
  * neither runs nor will run. */
+struct iof_fiber;
+struct iof_thread_state;
 typedef struct iof__ctx_kind {
   int (*timer_arm)(iof_execution_context *ctx, iof__timer *t);
   void (*timer_cancel)(iof_execution_context *ctx, iof__timer *t);
+  /* iof_yield of self, a launched fiber running on th, the thread running
+   * ctx innermost, holding no strand, its env's executor ex: if ex is
+   * ctx's own, the context requeues and suspends it its own way and
+   * returns 0 once resumed (-ECANCELED if ctx is stopping); else 1 (the
+   * generic hop is used). NULL: none. */
+  int (*yield)(iof_execution_context *ctx, iof_executor_ref ex,
+               struct iof_thread_state *th, struct iof_fiber *self);
 } iof__ctx_kind;
 
 /* Arms t: fire(arg) runs once at or after deadline_ns, on the loop of ex's
