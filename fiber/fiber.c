@@ -380,7 +380,7 @@ int iof_fiber_destroy(iof_fiber *f) {
 int iof_fiber_resume(iof_fiber *f) {
   if (!f || f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
   if (f->state == IOF_FS_RUNNING) return -EBUSY;
-  iof_thread_state *th = iof__thread();
+  iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   f->resumer = self;
   f->state = IOF_FS_RUNNING;
@@ -407,7 +407,7 @@ __attribute__((noinline)) iof_fiber *iof_fiber_current(void) {
 }
 
 static int suspend(iof_fiber_hook hook, void *arg) {
-  iof_thread_state *th = iof__thread();
+  iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   if (self == &th->root) return -EPERM;
   return switch_to(th, self, self->resumer, SW_SUSPEND, hook, arg);
@@ -436,7 +436,7 @@ int iof_fiber_suspend_with(iof_fiber_hook hook, void *arg) {
 }
 
 int iof_fiber_transfer(iof_fiber *next) {
-  iof_thread_state *th = iof__thread();
+  iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   if (self == &th->root) return -EPERM;
   if (!next || next->state == IOF_FS_DONE || next->state == IOF_FS_FREED)
