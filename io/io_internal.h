@@ -166,17 +166,14 @@ iof__io_wait_home(iof_thread_state *th, iof_fiber *self, iof_io_op *op,
   if (atomic_load_explicit(&io->ctx.state, memory_order_acquire))
     return -ECANCELED; /* shutting down */
   iof__wait *w = &op->w;
-  w->result = 0;
-  w->index = -1;
-  w->by_waker = false;
+  /* Only what a claim and the wake read: the claim writes the result. */
   w->fiber = self;
-  w->parker = NULL;
   w->ex = iof__io_executor(io);
   atomic_store_explicit(&w->state, IOF__W_WAITING, memory_order_relaxed);
   int r = arm(op);
   if (r < 0) return r;
   iof__io_park(th, self, io, &iof__io_home_vtbl, op);
-  disarm(op); /* a claim by a waker unlinked it already */
+  disarm(op); /* every claim of a queued op unlinked it already */
   return w->result;
 }
 

@@ -103,6 +103,24 @@ static inline void disarm(iof_io_op *op) {
   iof__wq_unlink(queue_of(s, op), &op->node);
 }
 
+/* arm for the home path: no hop since the caller read the limits and
+ * checked the socket, so neither can have changed. */
+static inline int arm_home(iof_io_op *op) {
+  iof_socket *s = op->obj;
+  if (__builtin_expect(!(s->interest & op->dir), 0)) {
+    int r = iof__ev_mem_ok(); /* libev may grow its arrays */
+    if (r < 0) return r;
+    set_interest(s, s->interest | op->dir);
+  }
+  iof__wq_push(queue_of(s, op), &op->node);
+  return 0;
+}
+
+/* disarm for the home path: only a node nobody claimed is still queued. */
+static inline void disarm_home(iof_io_op *op) {
+  if (__builtin_expect(op->node.linked, 0)) disarm(op);
+}
+
 /* Any socket wait: with limits, away from home, or retried. */
 static __attribute__((noinline)) int wait_any(iof_socket *s, int dir) {
   int d = dir == EV_WRITE;
@@ -137,14 +155,14 @@ static inline __attribute__((always_inline)) int socket_wait(iof_socket *s,
           atomic_load_explicit(&s->timeout[d], memory_order_relaxed) ||
       !iof__io_at_home(th, th->current, s->io))
     return wait_any(s, dir);
+  if (s->closed) return -EBADF;
   sock_wait sw;
-  sw.gen = atomic_load_explicit(&s->limit_gen, memory_order_relaxed);
   sw.op.io = s->io;
   sw.op.obj = s;
   sw.op.dir = dir;
   sw.op.node.w = &sw.op.w;
   sw.op.node.index = 0;
-  int r = iof__io_wait_home(th, th->current, &sw.op, arm, disarm);
+  int r = iof__io_wait_home(th, th->current, &sw.op, arm_home, disarm_home);
   return r != RETRY_LIMITS ? r : wait_any(s, dir);
 }
 
