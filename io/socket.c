@@ -435,7 +435,7 @@ read_loop(iof_socket *s, const struct iovec *iov, int iovcnt, size_t total) {
       if (s->speculative) s->spec_missed = true;
     }
     s->read_first = false;
-    int r = socket_wait(s, EV_READ);
+    int r = iof__socket_wait(s, EV_READ);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
     s->read_first = true;
