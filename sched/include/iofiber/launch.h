@@ -70,7 +70,9 @@ typedef struct iof_awaitable_vtbl {
 IOF_API int iof_await(void *aw, const iof_awaitable_vtbl *vt);
 
 /* Posts the calling fiber to its executor and suspends: others run first.
- * 0; -EPERM outside a launched fiber; -ECANCELED during shutdown. */
+ * On its own io_context with no other fiber ready it continues at once
+ * (the loop still polls I/O every 64 fibers run). 0; -EPERM outside a
+ * launched fiber; -ECANCELED during shutdown. */
 IOF_API int iof_yield(void);
 
 #ifdef __cplusplus
