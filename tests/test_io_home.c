@@ -220,6 +220,70 @@ static void test_stop_token_cancels(void **state) {
   close(peer);
 }
 
+typedef struct spinner {
+  atomic_int flag;
+  long yields;
+  iof_socket *s;
+} spinner;
+
+static int yield_until_flag(void *arg) {
+  spinner *sp = arg;
+  while (!atomic_load(&sp->flag) && sp->yields < 50000000) {
+    assert_int_equal(iof_yield(), 0);
+    sp->yields++;
+  }
+  return 0;
+}
+
+static int sleep_then_flag(void *arg) {
+  spinner *sp = arg;
+  iof_sleep_for(2 * 1000 * 1000);
+  atomic_store(&sp->flag, 1);
+  return 0;
+}
+
+static int read_then_flag(void *arg) {
+  spinner *sp = arg;
+  char c;
+  if (iof_read_some(sp->s, &c, 1) == 1) atomic_store(&sp->flag, 2);
+  return 0;
+}
+
+static void *write_later(void *arg) {
+  sleep_ms(5);
+  assert_int_equal(write(*(int *)arg, "y", 1), 1);
+  return NULL;
+}
+
+/* A fiber yielding in a loop with nothing else ready continues at once,
+ * yet timers and sockets still get their turn. */
+static void test_yield_loop_lets_io_in(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  iof_executor_ref ex = iof_io_context_executor(io);
+  spinner sp = {0};
+  assert_int_equal(iof_run_async(ex, NULL, yield_until_flag, &sp), 0);
+  assert_int_equal(iof_run_async(ex, NULL, sleep_then_flag, &sp), 0);
+  assert_true(iof_io_context_run(io) > 2);
+  assert_int_equal(atomic_load(&sp.flag), 1); /* the timer ended the loop */
+  assert_true(sp.yields > 0 && sp.yields < 50000000);
+
+  int peer;
+  spinner sq = {0};
+  sq.s = pair(io, &peer);
+  assert_int_equal(iof_run_async(ex, NULL, read_then_flag, &sq), 0);
+  assert_int_equal(iof_run_async(ex, NULL, yield_until_flag, &sq), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, write_later, &peer), 0);
+  iof_io_context_restart(io);
+  assert_true(iof_io_context_run(io) > 2);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&sq.flag), 2); /* the read ended the loop */
+  assert_true(sq.yields > 0 && sq.yields < 50000000);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  close(peer);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_shutdown_from_other_thread, arm,
@@ -229,6 +293,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_close_wakes_reader, arm, disarm),
       cmocka_unit_test_setup_teardown(test_wake_order_and_counts, arm, disarm),
       cmocka_unit_test_setup_teardown(test_stop_token_cancels, arm, disarm),
+      cmocka_unit_test_setup_teardown(test_yield_loop_lets_io_in, arm, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
