@@ -418,9 +418,9 @@ static void read_done(iof_socket *s, bool full) {
   s->speculative = s->read_first;
 }
 
-/* The read path of read_some and readv (arguments already checked);
- * inlined so that read_some's copy has no readv branch and one frame. */
-static inline __attribute__((always_inline)) ssize_t
+/* The read path of readv and of read_some's rarer cases (arguments
+ * already checked). */
+static __attribute__((noinline)) ssize_t
 read_loop(iof_socket *s, const struct iovec *iov, int iovcnt, size_t total) {
   for (;;) {
     if (s->read_first) {
@@ -446,6 +446,22 @@ read_loop(iof_socket *s, const struct iovec *iov, int iovcnt, size_t total) {
 ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
   int r = byte_check(s, buf, len);
   if (r != 0) return r > 0 ? 0 : r;
+  if (!s->read_first) {
+    /* The usual case after a short read: wait, then one read. Anything
+     * else (an interrupted or spurious read) goes on in read_loop. */
+    r = iof__socket_wait(s, EV_READ);
+    if (r < 0) return r;
+    if (s->closed) return -EBADF;
+    s->speculative = false;
+    ssize_t n = read(s->fd, buf, len);
+    if (n >= 0) {
+      read_done(s, (size_t)n == len);
+      return n;
+    }
+    int e = errno;
+    if (e != EINTR && e != EAGAIN && e != EWOULDBLOCK) return -e;
+    s->read_first = e == EINTR; /* retry at once, or wait again */
+  }
   struct iovec v = {buf, len};
   return read_loop(s, &v, 1, len);
 }
@@ -494,33 +510,33 @@ static ssize_t send_once(iof_socket *s, const void *buf, size_t len) {
   return writev_nosigpipe(s->fd, &v, 1);
 }
 
-/* The write path of write_some (all: false) and write (arguments already
- * checked, len > 0): send, and wait for room only when the socket is full.
- * Inlined: one frame per call. */
-static inline __attribute__((always_inline)) ssize_t
-write_loop(iof_socket *s, const char *buf, size_t len, bool all) {
+/* The rest of write_some (all: false) and write after their first send
+ * returned n (arguments checked, len > 0): partial writes, EINTR, and the
+ * wait for room when the socket is full. Out of line: the usual write is
+ * one send that takes everything. */
+static __attribute__((noinline)) ssize_t
+write_rest(iof_socket *s, const char *buf, size_t len, ssize_t n, bool all) {
   size_t put = 0;
   for (;;) {
-    ssize_t n = send_once(s, buf + put, len - put);
     if (n >= 0) {
       put += (size_t)n;
       if (!all || put == len) return (ssize_t)put;
-      continue;
+    } else if (errno != EINTR) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+      int r = iof__socket_wait(s, EV_WRITE);
+      if (r < 0) return r;
+      if (s->closed) return -EBADF;
     }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
-    /* Out of line: a write seldom waits, and the wait's frame would cost
-     * every write its saved registers. */
-    int r = iof__socket_wait(s, EV_WRITE);
-    if (r < 0) return r;
-    if (s->closed) return -EBADF;
+    n = send_once(s, buf + put, len - put);
   }
 }
 
 ssize_t iof_write_some(iof_socket *s, const void *buf, size_t len) {
   int r = byte_check(s, buf, len);
   if (r != 0) return r > 0 ? 0 : r;
-  return write_loop(s, buf, len, false);
+  ssize_t n = send_once(s, buf, len);
+  if (n >= 0) return n;
+  return write_rest(s, buf, len, n, false);
 }
 
 ssize_t iof_read(iof_socket *s, void *buf, size_t len) {
@@ -541,7 +557,9 @@ ssize_t iof_read(iof_socket *s, void *buf, size_t len) {
 ssize_t iof_write(iof_socket *s, const void *buf, size_t len) {
   int r = byte_check(s, buf, len);
   if (r != 0) return r > 0 ? 0 : r;
-  return write_loop(s, buf, len, true);
+  ssize_t n = send_once(s, buf, len);
+  if (n == (ssize_t)len) return n;
+  return write_rest(s, buf, len, n, true);
 }
 
 ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt) {
