@@ -91,8 +91,9 @@ IOF_HIDDEN extern __thread iof_thread_state iof__tls_state
  * paths. The thread pointer is read by a volatile asm ordered with memory
  * (and so with every call, the fiber switch included): unlike a plain TLS
  * access, the compiler cannot reuse an address computed before a switch
- * after which the fiber may run on another thread. NULL where that is not
- * available (the caller then uses its noinline accessor). */
+ * after which the fiber may run on another thread. Where that is not
+ * available (IOF__HAVE_TLS_ADDR undefined) callers use their noinline
+ * accessors. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 static inline char *iof__tp(void) {
   char *tp;
@@ -102,14 +103,15 @@ static inline char *iof__tp(void) {
 #define IOF__TLS_ADDR(var)                                                     \
   ((__typeof__(&(var)))(iof__tp() +                                          \
                         ((char *)&(var) - (char *)__builtin_thread_pointer())))
-#else
-#define IOF__TLS_ADDR(var) ((__typeof__(&(var)))NULL)
+#define IOF__HAVE_TLS_ADDR 1
 #endif
 
 /* iof__thread inlined (see IOF__TLS_ADDR). */
 static inline iof_thread_state *iof__thread_fast(void) {
+#ifdef IOF__HAVE_TLS_ADDR
   iof_thread_state *th = IOF__TLS_ADDR(iof__tls_state);
-  if (__builtin_expect(th && th->ready, 1)) return th;
+  if (__builtin_expect(th->ready, 1)) return th;
+#endif
   return iof__thread();
 }
 

@@ -106,11 +106,11 @@ static inline void iof__refresh_allocator(const iof_fiber *self) {
   const iof_env *env = self->env;
   iof_frame_allocator *a =
       env->frame_allocator ? env->frame_allocator : self->alloc;
-  iof_frame_allocator **slot = IOF__TLS_ADDR(iof__tls_alloc);
-  if (slot)
-    *slot = a;
-  else
-    iof_set_current_frame_allocator(a);
+#ifdef IOF__HAVE_TLS_ADDR
+  *IOF__TLS_ADDR(iof__tls_alloc) = a;
+#else
+  iof_set_current_frame_allocator(a);
+#endif
 }
 
 /* Shutdown rule of the built-in executors: once their context is
