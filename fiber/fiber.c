@@ -11,6 +11,7 @@
 #include "fiber/stack_map.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -153,6 +154,66 @@ static inline void announce(iof_thread_state *th, iof_fiber *from,
 IOF_HIDDEN int iof__switch(iof_fctx to, void *msg);
 IOF_HIDDEN iof_transfer iof__landed(iof_transfer t);
 
+/* The landing code handles the usual switch itself, without the call: a
+ * resume, or a suspend with no hook (a park, a hand-off), from a fiber
+ * with a guarded stack. It stores the switcher's context (rax, the fctx
+ * jump_fcontext hands over) and, for a suspend, its state; anything else
+ * (a hook, an exit, a dense stack, ASan's bookkeeping) goes to
+ * iof__landed. The offsets are checked below. */
+#define IOF_SW_FROM 0
+#define IOF_SW_HOOK 16
+#define IOF_SW_KIND 32
+#define IOF_FB_CTX 0
+#define IOF_FB_STATE 16
+#define IOF_FB_SOFT_LO 120
+#define IOF_STR_(x) #x
+#define IOF_STR(x) IOF_STR_(x)
+#ifdef IOF_ASAN
+#define IOF_LAND_FAST ""
+#else
+#define IOF_LAND_FAST                                                                                                                        \
+  "  movq " IOF_STR(                                                                                                                         \
+      IOF_SW_FROM) "(%rdx), %rcx\n"                                                                                                          \
+                   "  cmpq $0, " IOF_STR(                                                                                                    \
+                       IOF_SW_HOOK) "(%rdx)\n"                                                                                               \
+                                    "  jne 3f\n"                                                                                             \
+                                    "  cmpq $0, " IOF_STR(                                                                                   \
+                                        IOF_FB_SOFT_LO) "(%rcx)\n"                                                                           \
+                                                        "  jne 3f\n"                                                                         \
+                                                        "  movl " IOF_STR(                                                                   \
+                                                            IOF_SW_KIND) "(%"                                                                \
+                                                                         "rdx"                                                               \
+                                                                         "), "                                                               \
+                                                                         "%r8"                                                               \
+                                                                         "d\n"                                                               \
+                                                                         "  "                                                                \
+                                                                         "cmp"                                                               \
+                                                                         "l "                                                                \
+                                                                         "$1,"                                                               \
+                                                                         " %"                                                                \
+                                                                         "r8d"                                                               \
+                                                                         "\n" /* SW_SUSPEND; SW_RESUME is 0 */                               \
+                                                                         "  "                                                                \
+                                                                         "ja "                                                               \
+                                                                         "3f"                                                                \
+                                                                         "\n"                                                                \
+                                                                         "  "                                                                \
+                                                                         "mov"                                                               \
+                                                                         "q "                                                                \
+                                                                         "%ra"                                                               \
+                                                                         "x,"                                                                \
+                                                                         " " IOF_STR(                                                        \
+                                                                             IOF_FB_CTX) "(%rcx)\n"                                          \
+                                                                                         "  jne 4f\n"                                        \
+                                                                                         "  movl $2, " IOF_STR(                              \
+                                                                                             IOF_FB_STATE) "(%rcx)\n" /* IOF_FS_SUSPENDED */ \
+                                                                                                           "4:\n"                            \
+                                                                                                           "  xorl %eax, %eax\n"             \
+                                                                                                           "  popq %rcx\n"                   \
+                                                                                                           "  jmp *%rcx\n"                   \
+                                                                                                           "3:\n"
+#endif
+
 __asm__(".text\n"
         ".p2align 4\n"
         ".globl iof__switch\n"
@@ -163,7 +224,7 @@ __asm__(".text\n"
         "  pushq %rax\n"
         "  jmp *" IOF_FCTX_JUMP_NAME "@GOTPCREL(%rip)\n"
         "1:\n"
-        "  endbr64\n"
+        "  endbr64\n" IOF_LAND_FAST
         "  subq $8, %rsp\n" /* 16-byte alignment for the call */
         "  call iof__landed\n"
         "  addq $8, %rsp\n"
@@ -178,6 +239,18 @@ __asm__(".text\n"
         "  pushq %rax\n"
         "  jmp *" IOF_FCTX_JUMP_NAME "@GOTPCREL(%rip)\n"
         ".size iof__switch, .-iof__switch\n");
+
+_Static_assert(offsetof(switch_msg, from) == IOF_SW_FROM, "landing: from");
+_Static_assert(offsetof(switch_msg, hook) == IOF_SW_HOOK, "landing: hook");
+_Static_assert(offsetof(switch_msg, kind) == IOF_SW_KIND, "landing: kind");
+_Static_assert(offsetof(iof_fiber, ctx) == IOF_FB_CTX, "landing: ctx");
+_Static_assert(offsetof(iof_fiber, state) == IOF_FB_STATE, "landing: state");
+_Static_assert(offsetof(iof_fiber, soft_lo) == IOF_FB_SOFT_LO,
+               "landing: soft_lo");
+_Static_assert(sizeof(((iof_fiber *)0)->state) == 4, "landing: state size");
+_Static_assert(SW_RESUME == 0 && SW_SUSPEND == 1 && SW_EXIT == 2,
+               "landing: kinds");
+_Static_assert(IOF_FS_SUSPENDED == 2, "landing: suspended");
 
 static __thread switch_msg tls_msg __attribute__((tls_model("initial-exec")));
 
