@@ -306,7 +306,11 @@ static inline int switch_to(iof_thread_state *th, iof_fiber *from,
                             iof_fiber *to, int kind, iof_fiber_hook hook,
                             void *arg) {
   switch_msg *m = &tls_msg;
-  *m = (switch_msg){from, to, hook, arg, kind};
+  m->from = from;
+  m->to = to;
+  m->hook = hook;
+  if (hook) m->arg = arg; /* read only with a hook */
+  m->kind = kind;
   announce(th, from, to, kind);
   return iof__switch(to->ctx, m);
 }

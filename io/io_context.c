@@ -131,7 +131,8 @@ static long run_batch(iof_io_context *io, long max) {
  * on io's thread: the home path of io waits (wait.c) relies on it instead
  * of sched/'s shutdown registry. */
 static void cancel_waits_on_shutdown(iof_io_context *io) {
-  if (__builtin_expect(!iof_execution_context_stopping(&io->ctx), 1) ||
+  if (__builtin_expect(
+          !atomic_load_explicit(&io->ctx.state, memory_order_acquire), 1) ||
       io->waits_cancelled)
     return;
   io->waits_cancelled = true;

@@ -127,6 +127,17 @@ static inline bool iof__io_at_home(const iof_thread_state *th,
          !self->strand && iof__thread_runs_top(th, &io->ctx);
 }
 
+/* iof__io_at_home for self known to be a launched fiber (checked by the
+ * caller since its last switch). */
+static inline bool iof__io_launched_at_home(const iof_thread_state *th,
+                                            const iof_fiber *self,
+                                            const iof_io_context *io) {
+  const iof_env *env = self->env;
+  return env->executor.ex == io && env->executor.vt == &iof__io_vtbl &&
+         !env->stop_token.state && !self->strand &&
+         iof__thread_runs_top(th, &io->ctx);
+}
+
 /* Suspends self (at home on io, th's current fiber), already armed or
  * queued so that io's thread resumes it: hands the thread to the next
  * fiber of the loop's batch, or back to the loop. label (an awaitable
@@ -185,12 +196,14 @@ static inline bool iof__io_complete(iof_io_op *op, int result) {
   return true;
 }
 
-/* Wakes the fiber of w, claimed by a libev callback of io. A loop io owns
- * is polled only by the thread running io (its run loop or destroy), so a
- * fiber of io goes straight to the local queue: a started fiber is never
- * refused, and the thread needs no look-up. Anything else: a post. */
+/* Wakes the fiber of w, an io wait on io (w->ex is io's executor: every io
+ * wait is woken where it is armed), claimed by a libev callback of io. A
+ * loop io owns is polled only by the thread running io (its run loop or
+ * destroy), so the fiber goes straight to the local queue: a started
+ * fiber is never refused, and the thread needs no look-up. On a host's
+ * loop: the executor's post. */
 static inline void iof__io_wake_from_loop(iof_io_context *io, iof__wait *w) {
-  if (io->own_loop && w->ex.ex == io && w->ex.vt == &iof__io_vtbl)
+  if (io->own_loop)
     iof__q_push(&io->local, w->fiber);
   else
     iof__wait_wake(w);

@@ -32,7 +32,8 @@ static void set_interest(iof_socket *s, int ev) {
 }
 
 /* Wakes the first waiter of q (claiming it unlinks it), from on_io. */
-static bool wake_first(iof_socket *s, iof__waitq *q) {
+static inline __attribute__((always_inline)) bool wake_first(iof_socket *s,
+                                                             iof__waitq *q) {
   iof__wnode *n = iof__wq_claim_first(q, 0);
   if (!n) return false;
   iof__io_wake_from_loop(s->io, n->w);
@@ -147,13 +148,13 @@ static __attribute__((noinline)) int wait_any(iof_socket *s, int dir) {
 /* The usual wait, inlined into the byte paths: no limits, at home; only
  * what the home path and on_io read is set. Anything else, or a retry
  * (the limits changed while waiting), goes to wait_any. */
-static inline __attribute__((always_inline)) int socket_wait(iof_socket *s,
-                                                             int dir) {
+static inline __attribute__((always_inline)) int
+socket_wait_on(iof_socket *s, int dir, iof_thread_state *th, bool launched) {
   int d = dir == EV_WRITE;
-  iof_thread_state *th = iof__thread_fast();
   if (atomic_load_explicit(&s->deadline[d], memory_order_relaxed) |
           atomic_load_explicit(&s->timeout[d], memory_order_relaxed) ||
-      !iof__io_at_home(th, th->current, s->io))
+      !(launched ? iof__io_launched_at_home(th, th->current, s->io)
+                 : iof__io_at_home(th, th->current, s->io)))
     return wait_any(s, dir);
   if (s->closed) return -EBADF;
   sock_wait sw;
@@ -167,7 +168,15 @@ static inline __attribute__((always_inline)) int socket_wait(iof_socket *s,
 }
 
 int iof__socket_wait(iof_socket *s, int dir) {
-  return socket_wait(s, dir);
+  return socket_wait_on(s, dir, iof__thread_fast(), false);
+}
+
+/* The read's wait, for a caller that read th and checked that its fiber
+ * is launched just before (byte_check): out of line, so that the read's
+ * own frame stays small. */
+static __attribute__((noinline)) int read_wait(iof_socket *s,
+                                               iof_thread_state *th) {
+  return socket_wait_on(s, EV_READ, th, true);
 }
 
 /* Stores one limit and sends the waiters of that direction back to
@@ -395,17 +404,24 @@ int iof_socket_local_port(iof_socket *s) {
 /* ---- byte paths -------------------------------------------------------- */
 
 /* Checks shared by every byte call; 1 means "return 0 now" (len 0). */
-static inline int byte_check(iof_socket *s, const void *buf, size_t len) {
+static inline int byte_check_th(iof_socket *s, const void *buf, size_t len,
+                                iof_thread_state **thp) {
   int r = iof__socket_check(s);
   if (r < 0) return r;
   if (s->listener) return -EINVAL;
   if (!len) return 1;
   if (!buf) return -EFAULT;
   iof_thread_state *th = iof__thread_fast();
+  *thp = th;
   iof_fiber *self = th->current;
   if (self == &th->root || !self->env) return -EPERM;
   if (iof__stop_requested(self->env->stop_token)) return -ECANCELED;
   return 0;
+}
+
+static inline int byte_check(iof_socket *s, const void *buf, size_t len) {
+  iof_thread_state *th;
+  return byte_check_th(s, buf, len, &th);
 }
 
 /* After a read: a full buffer suggests more is waiting, so the next read
@@ -444,21 +460,22 @@ read_loop(iof_socket *s, const struct iovec *iov, int iovcnt, size_t total) {
 }
 
 ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
-  int r = byte_check(s, buf, len);
+  iof_thread_state *th;
+  int r = byte_check_th(s, buf, len, &th);
   if (r != 0) return r > 0 ? 0 : r;
   if (!s->read_first) {
     /* The usual case after a short read: wait, then one read. Anything
      * else (an interrupted or spurious read) goes on in read_loop. */
-    r = iof__socket_wait(s, EV_READ);
+    r = read_wait(s, th);
     if (r < 0) return r;
     if (s->closed) return -EBADF;
-    s->speculative = false;
     ssize_t n = read(s->fd, buf, len);
-    if (n >= 0) {
-      read_done(s, (size_t)n == len);
+    if (n >= 0) { /* read_done of a read that was not speculative */
+      s->read_first = s->speculative = (size_t)n == len && !s->spec_missed;
       return n;
     }
     int e = errno;
+    s->speculative = false;
     if (e != EINTR && e != EAGAIN && e != EWOULDBLOCK) return -e;
     s->read_first = e == EINTR; /* retry at once, or wait again */
   }
