@@ -266,6 +266,7 @@ int iof__socket_new(iof_io_context *io, int fd, int family, int type,
   s->family = family;
   s->type = type;
   s->listener = listener;
+  s->no_bytes = listener;
   s->is_socket = true;
   s->read_first = true;
   ev_io_init(&s->w, on_io, fd, 0);
@@ -303,6 +304,7 @@ int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
  * io's thread (or while nobody runs io). */
 static void close_now(iof_socket *s) {
   s->closed = true;
+  s->no_bytes = true;
   iof__waitq *qs[2] = {&s->rd, &s->wr};
   for (int i = 0; i < 2; i++)
     for (iof__wnode *n; (n = iof__wq_claim_first(qs[i], -ECANCELED));)
@@ -406,9 +408,8 @@ int iof_socket_local_port(iof_socket *s) {
 /* Checks shared by every byte call; 1 means "return 0 now" (len 0). */
 static inline int byte_check_th(iof_socket *s, const void *buf, size_t len,
                                 iof_thread_state **thp) {
-  int r = iof__socket_check(s);
-  if (r < 0) return r;
-  if (s->listener) return -EINVAL;
+  if (!s) return -EINVAL;
+  if (__builtin_expect(s->no_bytes, 0)) return s->closed ? -EBADF : -EINVAL;
   if (!len) return 1;
   if (!buf) return -EFAULT;
   iof_thread_state *th = iof__thread_fast();

@@ -16,6 +16,7 @@ struct iof_socket {
   bool listener;
   bool is_socket; /* an adopted pipe or tty uses read/write, not send */
   bool closed;
+  bool no_bytes; /* closed or a listener: byte calls refuse (one test) */
   /* What the socket last showed: true while a read may find data without
    * waiting (fresh socket, or the last read filled its buffer). */
   bool read_first;
