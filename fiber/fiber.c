@@ -279,22 +279,30 @@ __attribute__((noinline)) static iof_transfer landed_full(iof_transfer t) {
   return (iof_transfer){NULL, NULL};
 }
 
-/* Most switches land from a plain resume or a suspend without a hook:
- * nothing to run, so that path stays free of the callee-saved register
- * spills the hook call costs landed_full (a tail call otherwise). */
+#ifndef IOF_ASAN
+/* A fiber's last switch: it is done once it is off its stack; on_exit may
+ * free the frame. A tail call from iof__landed, which then saves nothing. */
+__attribute__((noinline)) static iof_transfer landed_exit(iof_fiber *from) {
+  from->state = IOF_FS_DONE;
+  if (from->on_exit) from->on_exit(from);
+  return (iof_transfer){NULL, NULL};
+}
+#endif
+
+/* What the landing code leaves to C (see iof__switch): a fiber's exit
+ * (once per spawn) without the callee-saved register spills the hook call
+ * costs landed_full, and, where the landing code has no fast path (ASan
+ * builds take landed_full), the plain resumes and suspends. */
 iof_transfer iof__landed(iof_transfer t) {
 #ifndef IOF_ASAN
   switch_msg *m = t.data;
   iof_fiber *from = m->from;
-  if (__builtin_expect(m->hook == NULL && from->soft_lo == NULL, 1)) {
+  if (__builtin_expect(from->soft_lo == NULL, 1)) {
     int kind = m->kind;
-    if (kind == SW_RESUME) {
-      from->ctx = t.fctx;
-      return (iof_transfer){NULL, NULL};
-    }
-    if (kind == SW_SUSPEND) { /* a plain suspend or park */
-      from->ctx = t.fctx;
-      from->state = IOF_FS_SUSPENDED;
+    from->ctx = t.fctx;
+    if (kind == SW_EXIT) return landed_exit(from);
+    if (m->hook == NULL) { /* a resume, or a plain suspend or park */
+      if (kind == SW_SUSPEND) from->state = IOF_FS_SUSPENDED;
       return (iof_transfer){NULL, NULL};
     }
   }
@@ -385,24 +393,42 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   uintptr_t top = (uintptr_t)base + size;
   uintptr_t cb = (top - sizeof(iof_fiber) - extra) & ~(uintptr_t)63;
   iof_fiber *f = (iof_fiber *)cb;
-  memset(f, 0, sizeof *f + extra);
-  if (extra_out) *extra_out = extra ? (char *)f + sizeof *f : NULL;
+  if (extra_out) {
+    *extra_out = extra ? memset((char *)f + sizeof *f, 0, extra) : NULL;
+  }
+  /* Field by field rather than a memset of the whole block: only what a
+   * reader may see before it is written again needs a value (the name
+   * only needs its terminator). */
+  char *sp = (char *)(cb & ~(uintptr_t)15);
+  size_t len = (size_t)(sp - base);
+  f->resumer = NULL;
+  f->state = IOF_FS_CREATED;
+  f->status = 0;
   f->fn = fn;
   f->arg = arg;
+  f->next = NULL;
+  f->env = NULL;
+  f->strand = NULL;
+  f->sched = NULL;
+  f->fls = NULL;
+  f->on_exit = NULL;
   f->alloc = alloc;
   f->base = base;
   f->frame_size = size;
-  f->state = IOF_FS_CREATED;
-  char *sp = (char *)(cb & ~(uintptr_t)15);
+  f->stack_size = len;
+  f->soft_lo = NULL;
+  f->name[0] = '\0';
+  f->asan_fake = NULL;
   f->stack_lo = base;
-  f->stack_len = (size_t)(sp - base);
-  f->stack_size = f->stack_len;
+  f->stack_len = len;
+  f->tsan_fiber = NULL;
+  f->vg_id = 0;
 #ifdef IOF_HAVE_VALGRIND
   /* A recycled frame keeps Memcheck's view from its previous fiber (areas
    * that fiber popped are noaccess); a new fiber owns the whole stack. */
   VALGRIND_MAKE_MEM_UNDEFINED(base, f->stack_len);
 #endif
-  if (iof__stack_is_dense(base)) {
+  if (__builtin_expect(iof__stack_maybe_dense(base), 0)) {
     f->soft_lo = (char *)base + IOF_SOFT_ZONE;
     f->stack_size -= IOF_SOFT_ZONE;
   }
@@ -422,10 +448,12 @@ iof_fiber *iof_fiber_create(iof_frame_allocator *alloc, size_t stack_size,
 }
 
 void iof__fiber_free(iof_fiber *f) {
+  /* The footer is read after the destructors: nothing is live across
+   * their (rare) call. */
+  if (__builtin_expect(f->fls != NULL, 0)) iof__fls_run_destructors(f);
   iof_frame_allocator *alloc = f->alloc;
   void *base = f->base;
   size_t size = f->frame_size;
-  if (f->fls) iof__fls_run_destructors(f);
 #ifdef IOF_TSAN
   __tsan_destroy_fiber(f->tsan_fiber);
 #endif

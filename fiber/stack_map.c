@@ -155,11 +155,11 @@ void iof__stack_unmap(void *base, size_t size) {
 
 static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { char *lo, *hi; } regions[MAX_REGIONS];
-static atomic_int nregions;
+atomic_int iof__dense_regions;
 static char *region_cur; /* bump pointer in the last region (lock) */
 
 bool iof__stack_is_dense(const void *p) {
-  int n = atomic_load_explicit(&nregions, memory_order_acquire);
+  int n = atomic_load_explicit(&iof__dense_regions, memory_order_acquire);
   for (int i = 0; i < n; i++)
     if ((const char *)p >= regions[i].lo && (const char *)p < regions[i].hi)
       return true;
@@ -167,7 +167,7 @@ bool iof__stack_is_dense(const void *p) {
 }
 
 static bool new_region(size_t need) {
-  int n = atomic_load_explicit(&nregions, memory_order_relaxed);
+  int n = atomic_load_explicit(&iof__dense_regions, memory_order_relaxed);
   if (n == MAX_REGIONS) return false;
   /* Address space only; a tight RLIMIT_AS gets a smaller one. */
   for (size_t len = REGION_BYTES; len >= need; len /= 2) {
@@ -181,7 +181,7 @@ static bool new_region(size_t need) {
     regions[n].lo = m;
     regions[n].hi = m + len;
     region_cur = m;
-    atomic_store_explicit(&nregions, n + 1, memory_order_release);
+    atomic_store_explicit(&iof__dense_regions, n + 1, memory_order_release);
     return true;
   }
   return false;
@@ -190,7 +190,7 @@ static bool new_region(size_t need) {
 void *iof__dense_chunk(size_t bytes) {
   size_t page = iof__page_size();
   pthread_mutex_lock(&region_lock);
-  int n = atomic_load_explicit(&nregions, memory_order_relaxed);
+  int n = atomic_load_explicit(&iof__dense_regions, memory_order_relaxed);
   if ((!n || (size_t)(regions[n - 1].hi - region_cur) < bytes) &&
       !new_region(bytes)) {
     pthread_mutex_unlock(&region_lock);

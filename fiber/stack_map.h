@@ -2,6 +2,7 @@
 #ifndef IOF_STACK_MAP_H
 #define IOF_STACK_MAP_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -27,6 +28,16 @@ IOF_HIDDEN void iof__dense_chunk_release(void *chunk, size_t bytes);
 /* True if p lies in a dense chunk (its stack has no guard page of its own
  * unless it is the chunk's lowest). */
 IOF_HIDDEN bool iof__stack_is_dense(const void *p);
+
+/* Dense reservations made so far (never decreases). */
+IOF_HIDDEN extern atomic_int iof__dense_regions;
+
+/* iof__stack_is_dense without a call while no process has dense stacks
+ * (the usual case): what every fiber creation asks. */
+static inline bool iof__stack_maybe_dense(const void *p) {
+  return atomic_load_explicit(&iof__dense_regions, memory_order_relaxed) &&
+         iof__stack_is_dense(p);
+}
 
 /* vm.max_map_count, read once. */
 IOF_HIDDEN size_t iof__max_map_count(void);
