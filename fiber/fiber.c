@@ -379,14 +379,20 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   if (!alloc) alloc = iof_default_frame_allocator();
   size_t page = iof__page_size();
   size_t size = (stack_size + page - 1) & ~(page - 1);
-  int saved = errno;
-  errno = 0;
-  char *base = alloc->vtbl->allocate(alloc, size);
-  if (!base) {
-    if (!errno) errno = ENOMEM; /* an allocator that did not say why */
-    return NULL;
+  char *base;
+  if (__builtin_expect(alloc->vtbl == &iof__pool_vtbl, 1)) {
+    base = iof__pool_allocate(alloc, size); /* it says why it failed */
+    if (!base) return NULL;
+  } else {
+    int saved = errno;
+    errno = 0;
+    base = alloc->vtbl->allocate(alloc, size);
+    if (!base) {
+      if (!errno) errno = ENOMEM; /* an allocator that did not say why */
+      return NULL;
+    }
+    errno = saved;
   }
-  errno = saved;
   /* The control block and the extra area share the top page with the first
    * stack frames, so an idle fiber touches one or two pages. */
   extra = (extra + 15) & ~(size_t)15;
@@ -401,6 +407,12 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
    * only needs its terminator). */
   char *sp = (char *)(cb & ~(uintptr_t)15);
   size_t len = (size_t)(sp - base);
+  const char *soft_lo = NULL;
+  size_t usable = len;
+  if (__builtin_expect(iof__stack_maybe_dense(base), 0)) {
+    soft_lo = base + IOF_SOFT_ZONE;
+    usable -= IOF_SOFT_ZONE;
+  }
   f->resumer = NULL;
   f->state = IOF_FS_CREATED;
   f->status = 0;
@@ -415,24 +427,21 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   f->alloc = alloc;
   f->base = base;
   f->frame_size = size;
-  f->stack_size = len;
-  f->soft_lo = NULL;
+  f->stack_size = usable;
+  f->soft_lo = soft_lo;
   f->name[0] = '\0';
+#ifdef IOF_ASAN
+  /* The sanitizer fields are read only in the builds that set them. */
   f->asan_fake = NULL;
   f->stack_lo = base;
   f->stack_len = len;
-  f->tsan_fiber = NULL;
-  f->vg_id = 0;
+#endif
 #ifdef IOF_HAVE_VALGRIND
   /* A recycled frame keeps Memcheck's view from its previous fiber (areas
    * that fiber popped are noaccess); a new fiber owns the whole stack. */
-  VALGRIND_MAKE_MEM_UNDEFINED(base, f->stack_len);
+  VALGRIND_MAKE_MEM_UNDEFINED(base, len);
 #endif
-  if (__builtin_expect(iof__stack_maybe_dense(base), 0)) {
-    f->soft_lo = (char *)base + IOF_SOFT_ZONE;
-    f->stack_size -= IOF_SOFT_ZONE;
-  }
-  f->ctx = make_fcontext(sp, f->stack_len, fiber_entry);
+  f->ctx = make_fcontext(sp, len, fiber_entry);
 #ifdef IOF_TSAN
   f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -466,7 +475,10 @@ void iof__fiber_free(iof_fiber *f) {
   __asan_unpoison_memory_region(base, size);
 #endif
   f->state = IOF_FS_FREED;
-  alloc->vtbl->deallocate(alloc, base, size);
+  if (__builtin_expect(alloc->vtbl == &iof__pool_vtbl, 1))
+    iof__pool_deallocate(alloc, base, size);
+  else
+    alloc->vtbl->deallocate(alloc, base, size);
 }
 
 int iof_fiber_destroy(iof_fiber *f) {

@@ -39,6 +39,14 @@ static inline bool iof__stack_maybe_dense(const void *p) {
          iof__stack_is_dense(p);
 }
 
+/* The stack pool's vtbl and its two entries, which the fiber layer calls
+ * directly (no indirect call) for a pool's frames. allocate sets errno on
+ * every failure. */
+IOF_HIDDEN extern const iof_frame_allocator_vtbl iof__pool_vtbl;
+IOF_HIDDEN void *iof__pool_allocate(iof_frame_allocator *pool, size_t size);
+IOF_HIDDEN void iof__pool_deallocate(iof_frame_allocator *pool, void *base,
+                                     size_t size);
+
 /* vm.max_map_count, read once. */
 IOF_HIDDEN size_t iof__max_map_count(void);
 

@@ -447,7 +447,7 @@ static __attribute__((noinline)) void *alloc_slow(iof_stack_pool *p,
   return base;
 }
 
-static void *pool_allocate(iof_frame_allocator *self, size_t size) {
+void *iof__pool_allocate(iof_frame_allocator *self, size_t size) {
   iof_stack_pool *p = (iof_stack_pool *)self;
   if (__builtin_expect(
           size == p->stack_size && !p->budget && slots[0].id == p->id, 1)) {
@@ -524,8 +524,7 @@ static __attribute__((noinline)) void dealloc_slow(iof_stack_pool *p,
   atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
 }
 
-static void pool_deallocate(iof_frame_allocator *self, void *base,
-                            size_t size) {
+void iof__pool_deallocate(iof_frame_allocator *self, void *base, size_t size) {
   iof_stack_pool *p = (iof_stack_pool *)self;
   if (!base) return;
   if (__builtin_expect(
@@ -545,8 +544,8 @@ static void pool_deallocate(iof_frame_allocator *self, void *base,
   dealloc_slow(p, base, size);
 }
 
-static const iof_frame_allocator_vtbl pool_vtbl = {pool_allocate,
-                                                   pool_deallocate};
+const iof_frame_allocator_vtbl iof__pool_vtbl = {iof__pool_allocate,
+                                                 iof__pool_deallocate};
 
 iof_stack_pool *iof_stack_pool_create(const iof_stack_pool_options *opts) {
   iof_stack_pool_options o = {0};
@@ -565,7 +564,7 @@ iof_stack_pool *iof_stack_pool_create(const iof_stack_pool_options *opts) {
     errno = ENOMEM;
     return NULL;
   }
-  p->base.vtbl = &pool_vtbl;
+  p->base.vtbl = &iof__pool_vtbl;
   p->stack_size = (o.stack_size + page - 1) & ~(page - 1);
   p->cache_max = o.thread_cache ? o.thread_cache : 16;
   p->depot_max = o.depot_max ? o.depot_max : 256;
