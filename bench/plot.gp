@@ -55,6 +55,6 @@ set style fill solid 0.7
 set boxwidth 0.6
 set yrange [0:*]
 unset key
-ir = sprintf("< awk -F, '$1==\"echo\" && $12==\"ok\" && $2 ~ /^ir\\./ {print NR, substr($2,4), $4}' %s", csv)
+ir = sprintf("< awk -F, '$1==\"echo\" && $12==\"ok\" && $2 ~ /^ir\\./ && $2 !~ /_500$/ {print NR, substr($2,4), $4}' %s", csv)
 plot ir using 0:3:xtic(2) with boxes, \
      ir using 0:3:(sprintf("%.0f", $3)) with labels offset 0,1
