@@ -41,8 +41,10 @@ void iof__io_enqueue(iof_io_context *io, iof_fiber *h) {
   pthread_mutex_lock(&io->rlock);
   iof__q_push(&io->remote, h);
   atomic_store_explicit(&io->remote_pending, true, memory_order_release);
-  pthread_mutex_unlock(&io->rlock);
+  /* Under the lock: once it is released the loop may run h to its end and
+   * the context be destroyed; this thread must not read io after that. */
   ev_async_send(io->loop, &io->wake);
+  pthread_mutex_unlock(&io->rlock);
 }
 
 static int io_post(const void *ex, iof_fiber *h) {
