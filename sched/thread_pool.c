@@ -81,13 +81,15 @@ static iof_fiber *pop(iof_thread_pool *p) {
   return f;
 }
 
-/* Wakes one parked worker, claiming it (lock held). */
-static void wake_locked(iof_thread_pool *p) {
-  if (!p->sleeping) return;
+/* Claims one parked worker for a wake-up (lock held); the caller signals
+ * once it has released the lock, so that the woken thread does not block
+ * on it at once. False if none is parked. */
+static bool claim_sleeper(iof_thread_pool *p) {
+  if (!p->sleeping) return false;
   p->sleeping--;
   atomic_store(&p->sleepers, p->sleeping);
   p->wakes++;
-  pthread_cond_signal(&p->cv);
+  return true;
 }
 
 static bool work_waits(iof_thread_pool *p) {
@@ -157,10 +159,11 @@ static void *worker(void *arg) {
     if (f) {
       /* More is queued and a worker sleeps with none looking for work:
        * wake it rather than leave the queue to this thread alone. */
-      if (p->sleeping && work_waits(p) &&
-          !atomic_load_explicit(&p->spinning, memory_order_relaxed))
-        wake_locked(p);
+      bool wake = p->sleeping && work_waits(p) &&
+                  !atomic_load_explicit(&p->spinning, memory_order_relaxed) &&
+                  claim_sleeper(p);
       pthread_mutex_unlock(&p->lock);
+      if (wake) pthread_cond_signal(&p->cv);
       iof_fiber_resume(f);
       pthread_mutex_lock(&p->lock);
       ran = true;
@@ -191,9 +194,10 @@ static int pool_post(const void *ex, iof_fiber *h) {
   /* A spinner takes it (or re-checks the inbox before it parks). */
   if (atomic_load(&p->sleepers) && !atomic_load(&p->spinning)) {
     pthread_mutex_lock(&p->lock);
-    if (!atomic_load_explicit(&p->spinning, memory_order_relaxed))
-      wake_locked(p);
+    bool wake = !atomic_load_explicit(&p->spinning, memory_order_relaxed) &&
+                claim_sleeper(p);
     pthread_mutex_unlock(&p->lock);
+    if (wake) pthread_cond_signal(&p->cv);
   }
   atomic_fetch_sub_explicit(&p->posting, 1, memory_order_release);
   return 0;
