@@ -30,7 +30,8 @@ struct iof_thread_pool {
    * finished first: the difference is then never below the true count. */
   _Alignas(64) atomic_long started;
   _Alignas(64) atomic_long finished;
-  atomic_bool joining; /* finishes then wake the joiner's threads */
+  atomic_long finish_left; /* finishes done reading the pool (destroy) */
+  atomic_bool joining;     /* finishes then wake the joiner's threads */
   /* Workers' line. */
   _Alignas(64) pthread_mutex_t lock;
   pthread_cond_t cv;
@@ -230,6 +231,7 @@ static void pool_work_finished(const void *ex) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->lock);
   }
+  atomic_fetch_add_explicit(&p->finish_left, 1, memory_order_release);
 }
 
 static const iof_executor_vtbl pool_vtbl = {
@@ -263,6 +265,7 @@ iof_thread_pool *iof_thread_pool_create(size_t n) {
   atomic_init(&p->posting, 0);
   atomic_init(&p->started, 0);
   atomic_init(&p->finished, 0);
+  atomic_init(&p->finish_left, 0);
   atomic_init(&p->joining, false);
   atomic_init(&p->queued, 0);
   p->spin_policy.credit = 4;
@@ -343,8 +346,13 @@ int iof_thread_pool_destroy(iof_thread_pool *p) {
     iof__report_stuck("thread pool", (size_t)left);
     return -EBUSY;
   }
-  /* A post whose fiber already ran here may still be reading the pool. */
-  while (atomic_load_explicit(&p->posting, memory_order_acquire)) sched_yield();
+  /* A post whose fiber already ran here, or the finish of a chain that
+   * ended on another thread (after an iof_run hop back), may still be
+   * reading the pool. */
+  long finished = atomic_load(&p->finished);
+  while (atomic_load_explicit(&p->posting, memory_order_acquire) ||
+         atomic_load_explicit(&p->finish_left, memory_order_acquire) < finished)
+    sched_yield();
   iof_execution_context_destroy(&p->ctx);
   pthread_cond_destroy(&p->cv);
   pthread_mutex_destroy(&p->lock);
