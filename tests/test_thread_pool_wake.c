@@ -143,7 +143,7 @@ static void queued_fiber_behind_blocked_worker_runs(void **state) {
 
 /* ---- bursts onto a parking pool ---------------------------------------- */
 
-#define BURSTS 50
+#define BURSTS 24
 #define BURST 64
 
 typedef struct burst_rec {
