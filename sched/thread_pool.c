@@ -3,9 +3,10 @@
  * Posts never take the pool's lock: a fiber is pushed on `inbox`, a
  * lock-free LIFO (one CAS), and a worker moves the whole inbox, put back in
  * FIFO order, into `q`, the queue the workers share under `lock`. A post
- * wakes a worker only when one is parked and none is spinning, and claims
- * the sleeper it wakes (`sleeping` drops at once), so a burst of posts
- * costs one wake-up, not one per post. */
+ * wakes a worker only when one is parked, none is spinning and none is
+ * already being woken; it claims the sleeper it wakes, so a burst of posts
+ * costs one wake-up, not one per post. The woken worker takes the whole
+ * inbox and, if more than it can run at once is left, wakes the next. */
 #include <iofiber/thread_pool.h>
 
 #include "sched/sched_internal.h"
@@ -21,7 +22,7 @@ struct iof_thread_pool {
    * count of posts under way (destroy waits for it: a post reads the pool
    * after its fiber became visible, and that fiber may already have run). */
   _Alignas(64) iof_fiber *_Atomic inbox;
-  atomic_int sleepers; /* == sleeping, for posts (which skip the lock) */
+  atomic_int sleepers; /* sleeping, or 0 while a wake is pending: posts */
   atomic_int spinning; /* workers spinning: a post need not wake anyone */
   atomic_long posting;
   /* Tracked work is started - finished, two counters on lines of their
@@ -82,14 +83,21 @@ static iof_fiber *pop(iof_thread_pool *p) {
   return f;
 }
 
+/* What posts read to decide on a wake (lock held): while a woken worker
+ * has not yet taken its wake it will take the whole inbox, and wake more
+ * workers itself if a backlog is left (worker()), so posts need not. */
+static void publish_sleepers(iof_thread_pool *p) {
+  atomic_store(&p->sleepers, p->wakes ? 0 : p->sleeping);
+}
+
 /* Claims one parked worker for a wake-up (lock held); the caller signals
  * once it has released the lock, so that the woken thread does not block
- * on it at once. False if none is parked. */
+ * on it at once. False if none is parked or a wake is already pending. */
 static bool claim_sleeper(iof_thread_pool *p) {
-  if (!p->sleeping) return false;
+  if (!p->sleeping || p->wakes) return false;
   p->sleeping--;
-  atomic_store(&p->sleepers, p->sleeping);
   p->wakes++;
+  publish_sleepers(p);
   return true;
 }
 
@@ -132,21 +140,20 @@ static bool must_exit(iof_thread_pool *p) {
  * the post. */
 static void park(iof_thread_pool *p) {
   p->sleeping++;
-  atomic_store(&p->sleepers, p->sleeping);
+  publish_sleepers(p);
   if (atomic_load(&p->inbox)) {
     p->sleeping--;
-    atomic_store(&p->sleepers, p->sleeping);
+    publish_sleepers(p);
     return;
   }
   while (!p->wakes && !must_exit(p)) pthread_cond_wait(&p->cv, &p->lock);
   /* A wake is claimed for some parked worker, not for this one: whoever
    * wakes first takes it; the others uncount themselves. */
-  if (p->wakes) {
+  if (p->wakes)
     p->wakes--;
-  } else {
+  else
     p->sleeping--;
-    atomic_store(&p->sleepers, p->sleeping);
-  }
+  publish_sleepers(p);
 }
 
 static void *worker(void *arg) {
