@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct iof_thread_pool {
   iof_execution_context ctx;
@@ -40,6 +41,8 @@ struct iof_thread_pool {
   atomic_long queued;          /* fibers in q: watched by a spinner */
   int sleeping;                /* parked workers not yet woken (lock) */
   int wakes;                   /* wakes sent, not yet taken (lock) */
+  int running;                 /* workers inside a fiber (lock) */
+  bool watching;               /* a parked worker has a timeout (lock) */
   iof_spin_policy spin_policy; /* (lock) */
   bool stop;
   bool joined;
@@ -133,11 +136,19 @@ static bool must_exit(iof_thread_pool *p) {
                      work_left(p) == 0);
 }
 
+/* How long the watcher sleeps at most: a fiber queued behind one that
+ * holds its worker is picked up by a parked worker within this. */
+#define WATCH_NS 2000000
+
 /* Parks the calling worker until a post (or stop, join) wakes it (lock
  * held). The sleeper count is published before the inbox is read again,
  * and a post pushes before it reads the count (both sequentially
  * consistent): either the post sees the sleeper and wakes it, or this sees
- * the post. */
+ * the post. While other workers run fibers, one parked worker (the
+ * watcher) wakes every WATCH_NS to take what they left queued (a post
+ * that saw a spinner or a pending wake woke nobody, and a fiber may hold
+ * its worker for long); with nothing running every worker sleeps until
+ * woken, so an idle pool stays idle. */
 static void park(iof_thread_pool *p) {
   p->sleeping++;
   publish_sleepers(p);
@@ -146,7 +157,25 @@ static void park(iof_thread_pool *p) {
     publish_sleepers(p);
     return;
   }
-  while (!p->wakes && !must_exit(p)) pthread_cond_wait(&p->cv, &p->lock);
+  bool watch = p->running > 0 && !p->watching;
+  struct timespec until;
+  if (watch) {
+    p->watching = true;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += WATCH_NS;
+    if (until.tv_nsec >= 1000000000) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000;
+    }
+  }
+  while (!p->wakes && !must_exit(p)) {
+    if (!watch) {
+      pthread_cond_wait(&p->cv, &p->lock);
+    } else if (pthread_cond_timedwait(&p->cv, &p->lock, &until) == ETIMEDOUT) {
+      break;
+    }
+  }
+  if (watch) p->watching = false;
   /* A wake is claimed for some parked worker, not for this one: whoever
    * wakes first takes it; the others uncount themselves. */
   if (p->wakes)
@@ -165,15 +194,18 @@ static void *worker(void *arg) {
   for (;;) {
     iof_fiber *f = p->stop ? NULL : pop(p);
     if (f) {
-      /* More is queued and a worker sleeps with none looking for work:
-       * wake it rather than leave the queue to this thread alone. */
-      bool wake = p->sleeping && work_waits(p) &&
+      /* More is queued and workers sleep with none looking for work or
+       * watching: wake one rather than leave the queue to this thread
+       * alone (f may hold it for long). */
+      bool wake = p->sleeping && !p->watching && work_waits(p) &&
                   !atomic_load_explicit(&p->spinning, memory_order_relaxed) &&
                   claim_sleeper(p);
+      p->running++;
       pthread_mutex_unlock(&p->lock);
       if (wake) pthread_cond_signal(&p->cv);
       iof_fiber_resume(f);
       pthread_mutex_lock(&p->lock);
+      p->running--;
       ran = true;
       continue;
     }
@@ -265,7 +297,11 @@ iof_thread_pool *iof_thread_pool_create(size_t n) {
   }
   p->threads = t;
   pthread_mutex_init(&p->lock, NULL);
-  pthread_cond_init(&p->cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&p->cv, &ca);
+  pthread_condattr_destroy(&ca);
   atomic_init(&p->inbox, NULL);
   atomic_init(&p->sleepers, 0);
   atomic_init(&p->spinning, 0);
