@@ -19,13 +19,14 @@
 
 struct iof_thread_pool {
   iof_execution_context ctx;
-  /* Posters' line: the inbox, what they read to decide on a wake, and the
-   * count of posts under way (destroy waits for it: a post reads the pool
-   * after its fiber became visible, and that fiber may already have run). */
+  /* Posters' line: the inbox and what they read to decide on a wake. */
   _Alignas(64) iof_fiber *_Atomic inbox;
   atomic_int sleepers; /* sleeping, or 0 while a wake is pending: posts */
   atomic_int spinning; /* workers spinning: a post need not wake anyone */
-  atomic_long posting;
+  /* Posts under way (destroy waits for them: a post reads the pool after
+   * its fiber became visible, and that fiber may already have run). On a
+   * line of its own: a spinner polls the inbox's. */
+  _Alignas(64) atomic_long posting;
   /* Tracked work is started - finished, two counters on lines of their
    * own: a chain is launched on one thread and ends on a pool thread, and
    * one shared counter would move between them on every launch. Read
