@@ -6,7 +6,8 @@
  * wakes a worker only when one is parked, none is spinning and none is
  * already being woken; it claims the sleeper it wakes, so a burst of posts
  * costs one wake-up, not one per post. The woken worker takes the whole
- * inbox and, if more than it can run at once is left, wakes the next. */
+ * inbox; what it leaves queued is taken by the watcher (park()), or by a
+ * worker it wakes when none watches. */
 #include <iofiber/thread_pool.h>
 
 #include "sched/sched_internal.h"

@@ -1,7 +1,8 @@
 /* Thread pool queue and wake-ups: posts made in a burst run in the order
  * they were made; a fiber queued behind one that blocks its worker is run
- * by another worker (woken for it) even when the posts themselves woke
- * nobody; bursts of launches onto a pool that parks between them all run.
+ * by another worker (woken for it, or the one watching) even when the
+ * posts themselves woke nobody; bursts of launches onto a pool that parks
+ * between them all run.
  *
  * IOF_TEST_THREADED */
 #include "test_support.h"
