@@ -39,6 +39,7 @@ struct iof_io_context {
   pthread_mutex_t rlock;
   iof_fiber_queue remote;
   atomic_bool remote_pending;
+  atomic_int remote_posting; /* remote posts still reading io (destroy) */
   atomic_long work;
   atomic_bool stopped;      /* iof_io_context_stop: holds until restart */
   atomic_bool idle_stopped; /* the last run ran out of work: reported by
