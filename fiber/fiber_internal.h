@@ -95,14 +95,20 @@ IOF_HIDDEN extern __thread iof_thread_state iof__tls_state
  * available (IOF__HAVE_TLS_ADDR undefined) callers use their noinline
  * accessors. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-static inline char *iof__tp(void) {
-  char *tp;
-  __asm__ volatile("movq %%fs:0, %0" : "=r"(tp) : : "memory");
-  return tp;
-}
+/* The initial-exec sequence the linker knows (and relaxes to a constant in
+ * an executable): the thread pointer plus the variable's offset from the
+ * GOT. Written out, because the compiler's own arithmetic on
+ * __builtin_thread_pointer() is not always a sequence the linker accepts. */
 #define IOF__TLS_ADDR(var)                                                     \
-  ((__typeof__(&(var)))(iof__tp() +                                          \
-                        ((char *)&(var) - (char *)__builtin_thread_pointer())))
+  __extension__({                                                              \
+    __typeof__(&(var)) iof_p_;                                                 \
+    __asm__ volatile("movq %%fs:0, %0\n\t"                                     \
+                     "addq " #var "@gottpoff(%%rip), %0"                       \
+                     : "=r"(iof_p_)                                            \
+                     :                                                         \
+                     : "memory");                                              \
+    iof_p_;                                                                    \
+  })
 #define IOF__HAVE_TLS_ADDR 1
 #endif
 
