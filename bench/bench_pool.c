@@ -18,8 +18,12 @@
  *
  *   io_launch     on an io_context, then runs it on the same thread
  *                 (baseline, ns/launch)
- *   launch_1thr   on a 1-thread pool (vs io_launch)
+ *   launch_1thr   on a 1-thread pool (vs io_launch; target <= 3)
  *   launch_2thr   on a 2-thread pool (vs io_launch)
+ *
+ * The hop's goal is absolute: budget_5us spins for 5 us per operation (not
+ * a measurement of the runtime) and hop_1thr_1_vs_5us is hop_1thr_1's
+ * samples against it (target <= 1).
  *
  * Every context takes its frames from one stack pool (128 stacks per
  * thread, 1,024 in the depot). Frames of pool launches are allocated on the
@@ -32,6 +36,7 @@
 #include <stdatomic.h>
 
 #define GROUP 64 /* fibers of the multi-fiber hop cases */
+#define HOP_BUDGET_NS 5000
 #define BATCH 64 /* chains per launch batch */
 
 typedef struct pool_state {
@@ -205,6 +210,13 @@ static int launch_2thr_setup(void *arg) {
   return setup_warm(arg, 2, BATCH, pool_launch_body);
 }
 
+static int budget_body(void *arg, uint64_t iters) {
+  (void)arg;
+  uint64_t t0 = bench_now_ns(), until = iters * HOP_BUDGET_NS;
+  while (bench_now_ns() - t0 < until) bench_pause();
+  return 0;
+}
+
 int bench_suite_pool(bench_ctx *ctx) {
   pool_state st = {0};
 #define POOL_CASE(nm, un, base, su, bo)                                        \
@@ -223,14 +235,24 @@ int bench_suite_pool(bench_ctx *ctx) {
                 hop_body),
       POOL_CASE("io_launch", "ns/launch", NULL, io_launch_setup,
                 io_launch_body),
-      POOL_CASE("launch_1thr", "ns/launch", "io_launch", launch_1thr_setup,
-                pool_launch_body),
+      {.name = "launch_1thr",
+       .unit = "ns/launch",
+       .baseline = "io_launch",
+       .target = 3.0,
+       .arg = &st,
+       .setup = launch_1thr_setup,
+       .body = pool_launch_body,
+       .teardown = pool_teardown},
       POOL_CASE("launch_2thr", "ns/launch", "io_launch", launch_2thr_setup,
                 pool_launch_body),
+      {.name = "budget_5us", .unit = "ns/hop", .body = budget_body},
   };
 #undef POOL_CASE
   int status = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (bench_run_case(ctx, &cases[i]) < 0) status = -1;
+  if (bench_compare(ctx, "hop_1thr_1_vs_5us", "hop_1thr_1", "budget_5us", 1.0) <
+      0)
+    status = -1;
   return status;
 }

@@ -2,9 +2,11 @@
  * switch, and of a post from another thread, against the same-thread one.
  *
  *   raw_jump            a jump_fcontext round trip (baseline)
- *   yield_1             one fiber looping on iof_yield(): each yield posts
- *                       the fiber to its own io_context and the run loop
- *                       resumes it (vs raw_jump; target <= 3)
+ *   yield_1             one fiber looping on iof_yield() alone on its
+ *                       io_context: nothing else is ready, so 63 of 64
+ *                       yields continue at once and every 64th goes through
+ *                       the run loop, which polls libev (vs raw_jump;
+ *                       target <= 3)
  *   yield_64            the same with 64 fibers in rotation: a run-loop
  *                       batch of 64, and 64 stacks and control blocks
  *                       touched in turn (vs raw_jump; target <= 3)
