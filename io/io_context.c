@@ -249,15 +249,14 @@ static void io_timer_cancel(iof_execution_context *ctx, iof__timer *t) {
  * batch, or back to the loop. Only this thread takes from the local queue,
  * so queueing before the switch away is safe. With nothing else ready, the
  * fiber continues at once (see below). */
-static int io_yield(iof_execution_context *ctx, iof_executor_ref ex,
-                    iof_thread_state *th, iof_fiber *self) {
+static int io_yield(iof_execution_context *ctx, iof_thread_state *th,
+                    iof_fiber *self, iof_fiber *next) {
   iof_io_context *io = (iof_io_context *)ctx;
-  if (ex.vt != &iof__io_vtbl || ex.ex != io) return 1; /* elsewhere */
-  if (atomic_load_explicit(&io->ctx.state, memory_order_acquire))
-    return -ECANCELED; /* shutting down */
-  if (io->batch_runner == self->resumer && !io->batch.head && !io->local.head &&
+  bool alone =
+      io->batch_runner == self->resumer && !io->batch.head && !io->local.head &&
       !atomic_load_explicit(&io->remote_pending, memory_order_relaxed) &&
-      io->handed < POLL_EVERY - 1) {
+      io->handed < POLL_EVERY - 1;
+  if (alone && !next) {
     /* Nothing else is ready: the loop would resume this fiber next. It
      * continues at once, counted as run; every POLL_EVERY-th yield still
      * goes through the loop, which polls I/O and timers then. */
@@ -265,14 +264,18 @@ static int io_yield(iof_execution_context *ctx, iof_executor_ref ex,
     iof__refresh_allocator(self); /* as every resume */
     return 0;
   }
-  iof__q_push(&io->local, self);
+  if (alone) /* next is the only ready fiber: the loop would run it now */
+    iof__q_push(&io->batch, next);
+  else
+    iof__q_push(&io->local, next ? next : self);
   if (!io->own_loop && !ev_is_active(&io->idle))
     ev_idle_start(io->loop, &io->idle); /* a host's loop must not block */
   iof__io_park(th, self, io, &yield_label, NULL);
   return 0;
 }
 
-static const iof__ctx_kind io_kind = {io_timer_arm, io_timer_cancel, io_yield};
+static const iof__ctx_kind io_kind = {io_timer_arm, io_timer_cancel,
+                                      &iof__io_vtbl, io_yield};
 
 iof_io_context *iof__io_of(iof_execution_context *ctx) {
   return ctx && ctx->kind == &io_kind ? (iof_io_context *)ctx : NULL;

@@ -251,14 +251,21 @@ int iof_yield(void) {
   iof_fiber *self = th->current;
   if (self == &th->root || !self->env) return -EPERM;
   const iof_run_mark *m = th->marks;
-  if (m && !self->strand) {
+  if (m) {
     /* The context this thread runs may requeue the fiber itself, if the
-     * fiber is at home there (an io_context's own executor). */
+     * fiber is at home there: on an io_context's own executor, or on a
+     * strand over it that the fiber holds. */
     iof_execution_context *ctx = (iof_execution_context *)m->ctx;
     const iof__ctx_kind *k = ctx->kind;
-    if (k && k->yield) {
-      int r = k->yield(ctx, self->env->executor, th, self);
-      if (r <= 0) return r;
+    iof_executor_ref ex = self->env->executor;
+    if (self->strand) ex = iof__strand_inner_of(ex, self);
+    if (k && k->yield && ex.vt == k->vtbl && ex.ex == (const void *)ctx) {
+      if (atomic_load_explicit(&ctx->state, memory_order_acquire))
+        return -ECANCELED;
+      /* Holding the strand: keep it if nobody waits for it, else queue
+       * behind the waiters and pass it to the first. */
+      iof_fiber *next = self->strand ? iof__strand_pass(self) : NULL;
+      return k->yield(ctx, th, self, next);
     }
   }
   if (iof__env_stopping(self->env)) return -ECANCELED;

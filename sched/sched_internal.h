@@ -138,6 +138,18 @@ IOF_HIDDEN iof_fiber *iof__strand_yield(iof_fiber *h, int *err);
 /* True if ex is the strand h holds. */
 IOF_HIDDEN bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h);
 
+/* The inner executor of ex if ex is the strand h holds; else an empty
+ * ref. */
+IOF_HIDDEN iof_executor_ref iof__strand_inner_of(iof_executor_ref ex,
+                                                 const iof_fiber *h);
+
+/* iof_yield of h, which holds its strand, on the thread that runs the
+ * strand's inner executor (a context's own, which only this thread runs):
+ * NULL when no fiber waits for the strand (h keeps it; one atomic load);
+ * else h is queued behind the waiters and the first of them, returned,
+ * now holds the strand and must be queued on the inner executor. */
+IOF_HIDDEN iof_fiber *iof__strand_pass(iof_fiber *h);
+
 /* CLOCK_MONOTONIC in nanoseconds (deadlines of sched/ and io/). */
 IOF_HIDDEN int64_t iof__now_ns(void);
 

@@ -6,19 +6,41 @@
 #include "sched/sched_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 
 static const iof_executor_vtbl strand_vtbl;
 
 struct iof_strand {
   iof_executor_ref inner;
-  pthread_mutex_t lock;
+  atomic_flag lock; /* held for a few queue operations only: a spin lock
+                       costs a few instructions where a mutex costs ~40,
+                       on every yield of a shared strand */
   iof_fiber_queue q;
   bool busy;
+  /* q is not empty: written under the lock, read without it by a holder's
+   * yield (iof__strand_pass), for which a post racing the read is a post
+   * that came just after it. */
+  atomic_bool waiting;
   /* Work counted through the strand (its chains, guards): a chain that is
    * suspended holds no lock yet will come back through the strand. */
   atomic_long work;
 };
+
+static void lock(iof_strand *s) {
+  for (int spins = 0;
+       atomic_flag_test_and_set_explicit(&s->lock, memory_order_acquire);)
+    if (++spins > 64) sched_yield(); /* the holder may be preempted */
+}
+
+static void unlock(iof_strand *s) {
+  atomic_flag_clear_explicit(&s->lock, memory_order_release);
+}
+
+/* Call under the lock after every change of q. */
+static void queue_changed(iof_strand *s) {
+  atomic_store_explicit(&s->waiting, s->q.head != NULL, memory_order_release);
+}
 
 /* Hands the strand (already marked busy) to h on the inner executor. A
  * launch refused there (its context shuts down) is cancelled, and the
@@ -30,10 +52,11 @@ static int hand_over(iof_strand *s, iof_fiber *h) {
     if (r >= 0) return 0;
     h->strand = NULL;
     if (!iof__chain_cancel(h)) return r;
-    pthread_mutex_lock(&s->lock);
+    lock(s);
     h = iof__q_pop(&s->q);
     if (!h) s->busy = false;
-    pthread_mutex_unlock(&s->lock);
+    queue_changed(s);
+    unlock(s);
     if (!h) return 0;
   }
 }
@@ -44,13 +67,14 @@ static bool refuse(const iof_strand *s, const iof_fiber *h) {
 
 /* Takes the strand for h if it is idle (true), else queues h (false). */
 static bool acquire_or_queue(iof_strand *s, iof_fiber *h) {
-  pthread_mutex_lock(&s->lock);
+  lock(s);
   bool idle = !s->busy;
   if (idle)
     s->busy = true;
   else
     iof__q_push(&s->q, h);
-  pthread_mutex_unlock(&s->lock);
+  queue_changed(s);
+  unlock(s);
   return idle;
 }
 
@@ -60,9 +84,9 @@ static int strand_post(const void *ex, iof_fiber *h) {
   if (!acquire_or_queue(s, h)) return 0;
   int r = hand_over(s, h);
   if (r < 0) {
-    pthread_mutex_lock(&s->lock);
+    lock(s);
     s->busy = false;
-    pthread_mutex_unlock(&s->lock);
+    unlock(s);
   }
   return r;
 }
@@ -80,10 +104,11 @@ static int strand_dispatch(const void *ex, iof_fiber *h) {
 void iof__strand_release(iof_fiber *f) {
   iof_strand *s = f->strand;
   f->strand = NULL;
-  pthread_mutex_lock(&s->lock);
+  lock(s);
   iof_fiber *next = iof__q_pop(&s->q);
   if (!next) s->busy = false;
-  pthread_mutex_unlock(&s->lock);
+  queue_changed(s);
+  unlock(s);
   if (next) hand_over(s, next);
 }
 
@@ -92,18 +117,20 @@ iof_fiber *iof__strand_yield(iof_fiber *h, int *err) {
   h->strand = NULL;
   /* Release and queue again under one lock: h goes behind the fibers
    * waiting, or keeps the strand when none is. */
-  pthread_mutex_lock(&s->lock);
+  lock(s);
   iof_fiber *next = iof__q_pop(&s->q);
   if (next) iof__q_push(&s->q, h);
-  pthread_mutex_unlock(&s->lock);
+  queue_changed(s);
+  unlock(s);
   int r = hand_over(s, next ? next : h);
   if (r < 0 && !next) {
     /* The inner executor refused h: it goes on at once, without the
      * strand, as a refused yield does. */
-    pthread_mutex_lock(&s->lock);
+    lock(s);
     iof_fiber *n2 = iof__q_pop(&s->q);
     if (!n2) s->busy = false;
-    pthread_mutex_unlock(&s->lock);
+    queue_changed(s);
+    unlock(s);
     if (n2) hand_over(s, n2);
     *err = r;
     return h;
@@ -113,6 +140,29 @@ iof_fiber *iof__strand_yield(iof_fiber *h, int *err) {
 
 bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h) {
   return h->strand && ex.vt == &strand_vtbl && ex.ex == h->strand;
+}
+
+iof_executor_ref iof__strand_inner_of(iof_executor_ref ex, const iof_fiber *h) {
+  if (!iof__is_strand_of(ex, h)) return (iof_executor_ref){NULL, NULL};
+  return ((const iof_strand *)ex.ex)->inner;
+}
+
+iof_fiber *iof__strand_pass(iof_fiber *h) {
+  iof_strand *s = h->strand;
+  if (!atomic_load_explicit(&s->waiting, memory_order_acquire)) return NULL;
+  lock(s);
+  iof_fiber *next = iof__q_pop(&s->q);
+  if (next) {
+    /* The strand stays busy: it passes from h to next. Nobody can hand h
+     * the strand back before h has switched away: only next's release,
+     * on this thread, once it runs. */
+    iof__q_push(&s->q, h);
+    h->strand = NULL;
+    next->strand = s;
+  }
+  queue_changed(s);
+  unlock(s);
+  return next;
 }
 
 static iof_execution_context *strand_context(const void *ex) {
@@ -152,18 +202,17 @@ iof_strand *iof_strand_create(iof_executor_ref inner) {
     return NULL;
   }
   s->inner = inner;
-  pthread_mutex_init(&s->lock, NULL);
+  atomic_flag_clear(&s->lock);
   return s;
 }
 
 int iof_strand_destroy(iof_strand *s) {
   if (!s) return -EINVAL;
-  pthread_mutex_lock(&s->lock);
+  lock(s);
   bool busy = s->busy || s->q.head ||
               atomic_load_explicit(&s->work, memory_order_acquire) > 0;
-  pthread_mutex_unlock(&s->lock);
+  unlock(s);
   if (busy) return -EBUSY;
-  pthread_mutex_destroy(&s->lock);
   free(s);
   return 0;
 }

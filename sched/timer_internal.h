@@ -44,13 +44,17 @@ struct iof_thread_state;
 typedef struct iof__ctx_kind {
   int (*timer_arm)(iof_execution_context *ctx, iof__timer *t);
   void (*timer_cancel)(iof_execution_context *ctx, iof__timer *t);
+  /* The vtable of the context's own executor, whose object is the
+   * context itself (io_context). */
+  const iof_executor_vtbl *vtbl;
   /* iof_yield of self, a launched fiber running on th, the thread running
-   * ctx innermost, holding no strand, its env's executor ex: if ex is
-   * ctx's own, the context requeues and suspends it its own way and
-   * returns 0 once resumed (-ECANCELED if ctx is stopping); else 1 (the
-   * generic hop is used). NULL: none. */
-  int (*yield)(iof_execution_context *ctx, iof_executor_ref ex,
-               struct iof_thread_state *th, struct iof_fiber *self);
+   * ctx (not stopping) innermost, whose executor is ctx's own (directly, or
+   * as the inner executor of a strand it holds): queues next, or self when
+   * next is NULL, on ctx's run queue and suspends self (which, when next
+   * is given, waits elsewhere: in its strand's queue). 0 once resumed.
+   * NULL: the generic hop is used. */
+  int (*yield)(iof_execution_context *ctx, struct iof_thread_state *th,
+               struct iof_fiber *self, struct iof_fiber *next);
 } iof__ctx_kind;
 
 /* Arms t: fire(arg) runs once at or after deadline_ns, on the loop of ex's
