@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -284,6 +285,100 @@ static void test_yield_loop_lets_io_in(void **state) {
   close(peer);
 }
 
+/* ---- strands over the io_context -------------------------------------- */
+
+#define SFIBERS 4
+#define SROUNDS 100
+
+typedef struct strand_run {
+  iof_strand *strand;
+  int log[2 * SFIBERS * SROUNDS + 8];
+  int nlog;
+  int not_in_strand;
+  int plain_rounds;
+  atomic_int late_done;
+} strand_run;
+
+typedef struct sfiber {
+  strand_run *run;
+  int id;
+} sfiber;
+
+static int strand_fn(void *arg) {
+  sfiber *f = arg;
+  strand_run *r = f->run;
+  for (int i = 0; i < SROUNDS; i++) {
+    if (!iof_strand_running_in_this_thread(r->strand)) r->not_in_strand++;
+    r->log[r->nlog++] = f->id;
+    if (iof_yield() != 0) r->not_in_strand += 1000;
+  }
+  if (f->id >= SFIBERS) atomic_fetch_add(&r->late_done, 1);
+  return 0;
+}
+
+static int plain_fn(void *arg) {
+  strand_run *r = arg;
+  for (int i = 0; i < SROUNDS; i++) {
+    r->plain_rounds++;
+    iof_yield();
+  }
+  return 0;
+}
+
+typedef struct late_post {
+  iof_executor_ref sx;
+  sfiber *fs;
+} late_post;
+
+static void *post_late(void *arg) {
+  late_post *lp = arg;
+  for (int i = 0; i < SFIBERS; i++)
+    assert_int_equal(iof_run_async(lp->sx, NULL, strand_fn, &lp->fs[i]), 0);
+  return NULL;
+}
+
+/* Fibers holding a strand over their own io_context yield at home: each
+ * yield passes the strand to the first waiter, so they take turns in
+ * launch order, always inside the strand, while a plain fiber of the same
+ * io_context keeps running too; fibers posted to the strand from another
+ * thread meanwhile join the rotation. */
+static void test_strand_yields_round_robin(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  strand_run *r = calloc(1, sizeof *r);
+  assert_non_null(r);
+  r->strand = iof_strand_create(iof_io_context_executor(io));
+  assert_non_null(r->strand);
+  iof_executor_ref sx = iof_strand_executor(r->strand);
+  sfiber fs[2 * SFIBERS];
+  for (int i = 0; i < 2 * SFIBERS; i++) fs[i] = (sfiber){r, i};
+  for (int i = 0; i < SFIBERS; i++)
+    assert_int_equal(iof_run_async(sx, NULL, strand_fn, &fs[i]), 0);
+  assert_int_equal(
+      iof_run_async(iof_io_context_executor(io), NULL, plain_fn, r), 0);
+  /* The first rounds, on this thread alone: a strict rotation. */
+  for (int i = 0; i < 50 && r->nlog < 3 * SFIBERS; i++)
+    iof_io_context_run_one(io);
+  assert_true(r->nlog >= 3 * SFIBERS);
+  for (int i = 0; i < r->nlog; i++) assert_int_equal(r->log[i], i % SFIBERS);
+  /* Then more fibers posted to the strand from another thread. */
+  late_post lp = {sx, &fs[SFIBERS]};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, post_late, &lp), 0);
+  pthread_join(t, NULL);
+  assert_true(iof_io_context_run(io) > 0);
+  assert_int_equal(r->nlog, 2 * SFIBERS * SROUNDS);
+  assert_int_equal(atomic_load(&r->late_done), SFIBERS);
+  assert_int_equal(r->plain_rounds, SROUNDS);
+  assert_int_equal(r->not_in_strand, 0);
+  int per[2 * SFIBERS] = {0};
+  for (int i = 0; i < r->nlog; i++) per[r->log[i]]++;
+  for (int i = 0; i < 2 * SFIBERS; i++) assert_int_equal(per[i], SROUNDS);
+  assert_int_equal(iof_strand_destroy(r->strand), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_shutdown_from_other_thread, arm,
@@ -294,6 +389,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_wake_order_and_counts, arm, disarm),
       cmocka_unit_test_setup_teardown(test_stop_token_cancels, arm, disarm),
       cmocka_unit_test_setup_teardown(test_yield_loop_lets_io_in, arm, disarm),
+      cmocka_unit_test_setup_teardown(test_strand_yields_round_robin, arm,
+                                      disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
