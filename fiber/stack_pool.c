@@ -204,19 +204,23 @@ static void *new_stack(iof_stack_pool *p) {
   return carve(p);
 }
 
-/* Puts a chain of stacks in the depot, unmapping what exceeds its cap. */
 /* Puts a chain of stacks in the depot, unmapping what exceeds its cap.
- * The first thread_cache stacks of the depot stay warm (pages kept): with
- * fibers launched on one thread and freed on another, every stack passes
- * through the depot, and an madvise per pass would dominate a launch.
- * Past that (and always with `release`), pages go back to the OS. */
+ * The first WARM_DEPOT x thread_cache stacks of the depot stay warm (pages
+ * kept): with fibers launched on one thread and freed on another, every
+ * stack passes through the depot, and an madvise per pass (plus the page
+ * faults of its next use) would dominate a launch. A launching thread
+ * takes stacks a batch at a time, and a burst of launches is several
+ * thread caches long: with only one cache's worth kept warm, a default
+ * pool released four stacks of five that went round. Past that (and
+ * always with `release`), pages go back to the OS. */
+#define WARM_DEPOT 4
 static void depot_put(iof_stack_pool *p, stack_node *chain, bool release) {
   stack_node *spill = NULL;
   pthread_mutex_lock(&p->lock);
   size_t n = p->depot_n;
   pthread_mutex_unlock(&p->lock);
   for (stack_node *s = chain; s; s = s->next)
-    if (release || n++ >= p->cache_max)
+    if (release || n++ >= WARM_DEPOT * p->cache_max)
       release_pages(p, base_of(s, p->stack_size));
   pthread_mutex_lock(&p->lock);
   while (chain) {
