@@ -138,6 +138,7 @@ void iof__fd_reset(int fd, unsigned flags) {
     if (w->gen == gen) iof__fd_wait_cancel(&w->fw, -EBADF);
   atomic_store_explicit(&s->rcv_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&s->snd_ns, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->drained, false, memory_order_relaxed);
   atomic_store_explicit(&s->flags, flags, memory_order_release);
   bool wait = leaving(s, gen, in_fiber);
   slot_unlock(s);

@@ -37,6 +37,10 @@ typedef struct iof__fd_slot {
   atomic_uint gen;
   atomic_llong rcv_ns, snd_ns;
   atomic_int lock; /* guards waiters and the gen check of an arming wait */
+  /* The last read from a fiber came back short: the fd was drained, so the
+   * next one waits for readiness before it tries (a hint: a wrong guess
+   * costs one loop round or one EAGAIN, never a wrong result). */
+  atomic_bool drained;
   iof__fd_waiter *waiters;
 } iof__fd_slot;
 

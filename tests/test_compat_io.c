@@ -224,6 +224,52 @@ static void test_rcvtimeo(void **s) {
   close(sv[1]);
 }
 
+/* After a short read the next one waits for readiness before it tries:
+ * data that came meanwhile is still read at once, SO_RCVTIMEO still
+ * times out with EAGAIN, and end of stream still reads 0. */
+static int sc_read_after_short_read(void *arg) {
+  int *sv = arg;
+  char b[16];
+  CHECK(iof_compat_write(sv[1], "abc", 3) == 3);
+  CHECK(iof_compat_read(sv[0], b, sizeof b) == 3 && !memcmp(b, "abc", 3));
+  CHECK(iof_compat_write(sv[1], "de", 2) == 2);
+  uint64_t t0 = iof_test_now_ns();
+  CHECK(iof_compat_read(sv[0], b, sizeof b) == 2 && !memcmp(b, "de", 2));
+  CHECK(ms_since(t0) < 1000);
+  struct timeval tv = {0, 50 * 1000};
+  CHECK(iof_compat_setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ==
+        0);
+  t0 = iof_test_now_ns();
+  errno = 0;
+  CHECK(iof_compat_read(sv[0], b, sizeof b) == -1 && errno == EAGAIN);
+  int64_t ms = ms_since(t0);
+  CHECK(ms >= 40 && ms < 5000);
+  tv.tv_usec = 0;
+  CHECK(iof_compat_setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ==
+        0);
+  /* A full read leaves the next one trying first: both get their bytes. */
+  CHECK(iof_compat_write(sv[1], "0123456789abcdefXY", 18) == 18);
+  CHECK(iof_compat_read(sv[0], b, sizeof b) == 16);
+  CHECK(iof_compat_read(sv[0], b, sizeof b) == 2 && !memcmp(b, "XY", 2));
+  /* End of stream after a short read. */
+  CHECK(iof_compat_close(sv[1]) == 0);
+  CHECK(iof_compat_read(sv[0], b, sizeof b) == 0);
+  return 0;
+}
+
+static void test_read_after_short_read(void **s) {
+  (void)s;
+  for (int way = 0; way < 2; way++) {
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    if (way == 0)
+      assert_int_equal(sc_read_after_short_read(sv), 0);
+    else
+      assert_int_equal(in_fiber(sc_read_after_short_read, sv), 0);
+    close(sv[0]);
+  }
+}
+
 /* Regular files pass through (and dup keeps working on them). */
 static int sc_file(void *arg) {
   (void)arg;
@@ -672,6 +718,7 @@ int main(void) {
       T(test_foreign_nonblocking),
       T(test_tcp),
       T(test_rcvtimeo),
+      T(test_read_after_short_read),
       T(test_file),
       T(test_accept_dup_sndtimeo),
       T(test_read_blocks_only_fiber),
