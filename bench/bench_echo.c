@@ -239,13 +239,7 @@ static int wrk_run(const char *wrk, int port, double *rps) {
     return -errno;
   }
   if (pid == 0) {
-    int cpu = bench_client_cpu();
-    if (cpu >= 0) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpu, &set);
-      sched_setaffinity(0, sizeof set, &set);
-    }
+    bench_pin_process(bench_client_cpu());
     dup2(pfd[1], STDOUT_FILENO);
     execl(wrk, wrk, "-t1", "-c64", "-d1s", url, (char *)NULL);
     _exit(127);

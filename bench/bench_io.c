@@ -17,6 +17,7 @@
  * server is 2.0 syscalls per round trip (a read and a write), as for raw
  * libev. Without perf, count them with `strace -c -f` (docs/bench.md). */
 #include "bench.h"
+#include "bench_net.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,25 +50,9 @@ static const char *const sc_events[SC_N] = {"raw_syscalls/sys_enter",
                                             "syscalls/sys_enter_epoll_wait",
                                             "syscalls/sys_enter_epoll_ctl"};
 
-static long tracepoint_id(const char *event) {
-  static const char *const roots[] = {"/sys/kernel/tracing/events",
-                                      "/sys/kernel/debug/tracing/events"};
-  for (size_t i = 0; i < 2; i++) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s/id", roots[i], event);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    long id = -1;
-    if (fscanf(f, "%ld", &id) != 1) id = -1;
-    fclose(f);
-    if (id >= 0) return id;
-  }
-  return -1;
-}
-
 /* A counter of `event` on thread tid; -1 if the kernel says no. */
 static int counter_open(const char *event, pid_t tid) {
-  long id = tracepoint_id(event);
+  long id = bench_tracepoint_id(event);
   if (id < 0) return -1;
   struct perf_event_attr a;
   memset(&a, 0, sizeof a);

@@ -176,9 +176,7 @@ static int single_setup(void *arg) {
 
 static int budget_body(void *arg, uint64_t iters) {
   (void)arg;
-  uint64_t t0 = bench_now_ns(), until = iters * BUDGET_NS;
-  while (bench_now_ns() - t0 < until) bench_pause();
-  return 0;
+  return bench_spin_budget(BUDGET_NS, iters);
 }
 
 int bench_suite_launch(bench_ctx *ctx) {

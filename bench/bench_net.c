@@ -50,6 +50,14 @@ int bench_client_cpu(void) {
   return cpus[1];
 }
 
+void bench_pin_process(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof set, &set);
+}
+
 /* ---- peers -------------------------------------------------------------- */
 
 static bool executable(const char *path) {
@@ -118,13 +126,7 @@ int bench_peer_start(bench_peer *p, char *const argv[], int port,
   }
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    int cpu = bench_server_cpu();
-    if (cpu >= 0) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpu, &set);
-      sched_setaffinity(0, sizeof set, &set);
-    }
+    bench_pin_process(bench_server_cpu());
     dup2(pfd[1], STDOUT_FILENO);
     execv(argv[0], argv);
     _exit(127);
@@ -237,7 +239,7 @@ int bench_proc_read(pid_t pid, bench_proc *out) {
   return 0;
 }
 
-static long tracepoint_id(const char *event) {
+long bench_tracepoint_id(const char *event) {
   static const char *const roots[] = {"/sys/kernel/tracing/events",
                                       "/sys/kernel/debug/tracing/events"};
   for (size_t i = 0; i < 2; i++) {
@@ -254,7 +256,7 @@ static long tracepoint_id(const char *event) {
 }
 
 int bench_syscall_counter_open(pid_t pid) {
-  long id = tracepoint_id("raw_syscalls/sys_enter");
+  long id = bench_tracepoint_id("raw_syscalls/sys_enter");
   if (id < 0) return -1;
   struct perf_event_attr a;
   memset(&a, 0, sizeof a);

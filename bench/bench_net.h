@@ -104,6 +104,14 @@ double bench_gen_percentile(const bench_gen *g, double pct);
 int bench_server_cpu(void);
 int bench_client_cpu(void);
 
+/* Pins the calling process (a forked peer or tool) to cpu; cpu < 0: no
+ * pinning. */
+void bench_pin_process(int cpu);
+
+/* The perf tracepoint id of `event` ("raw_syscalls/sys_enter"), from
+ * tracefs or debugfs; -1 when neither has it. */
+long bench_tracepoint_id(const char *event);
+
 #endif
 
 /* ---- a network case ------------------------------------------------------

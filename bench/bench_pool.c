@@ -212,9 +212,7 @@ static int launch_2thr_setup(void *arg) {
 
 static int budget_body(void *arg, uint64_t iters) {
   (void)arg;
-  uint64_t t0 = bench_now_ns(), until = iters * HOP_BUDGET_NS;
-  while (bench_now_ns() - t0 < until) bench_pause();
-  return 0;
+  return bench_spin_budget(HOP_BUDGET_NS, iters);
 }
 
 int bench_suite_pool(bench_ctx *ctx) {

@@ -135,3 +135,9 @@ int bench_yield_fn(void *arg) {
   }
   return 0;
 }
+
+int bench_spin_budget(uint64_t ns, uint64_t iters) {
+  uint64_t t0 = bench_now_ns(), until = iters * ns;
+  while (bench_now_ns() - t0 < until) bench_pause();
+  return 0;
+}

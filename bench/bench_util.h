@@ -62,6 +62,11 @@ int bench_run_group(bench_loop *b, int nfibers, uint64_t iters, iof_fn fn,
 /* A fiber body: share->n calls to iof_yield(); 0 or the first error. */
 int bench_yield_fn(void *share);
 
+/* The body of a budget row (not a measurement of the runtime): spins for
+ * ns nanoseconds per operation, turning an absolute goal into a row that
+ * a case can be compared against. */
+int bench_spin_budget(uint64_t ns, uint64_t iters);
+
 /* Spin-wait hint for threads polling a flag. */
 static inline void bench_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
