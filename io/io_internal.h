@@ -115,21 +115,12 @@ static inline void iof__io_op_init(iof_io_op *op, iof_io_context *io,
  * fiber's own executor. -EPERM outside a launched fiber. */
 IOF_HIDDEN int iof__io_wait(iof_io_op *op, int64_t deadline_ns);
 
-/* The home path of io waits (wait.c): true when th's current fiber may
- * wait on io through iof__io_wait_home: a launched fiber whose executor
- * is io, on io's thread (innermost run), holding no strand, with no stop
- * token (nothing from another thread can claim its wait). */
-static inline bool iof__io_at_home(const iof_thread_state *th,
-                                   const iof_fiber *self,
-                                   const iof_io_context *io) {
-  const iof_env *env = self->env;
-  return self != &th->root && env && env->executor.ex == io &&
-         env->executor.vt == &iof__io_vtbl && !env->stop_token.state &&
-         !self->strand && iof__thread_runs_top(th, &io->ctx);
-}
-
-/* iof__io_at_home for self known to be a launched fiber (checked by the
- * caller since its last switch). */
+/* The home path of io waits: true when th's current fiber may wait on io
+ * through iof__io_wait_home: a launched fiber whose executor is io, on
+ * io's thread (innermost run), holding no strand, with no stop token
+ * (nothing from another thread can claim its wait). The _launched form is
+ * for a caller that checked self is a launched fiber since its last
+ * switch. */
 static inline bool iof__io_launched_at_home(const iof_thread_state *th,
                                             const iof_fiber *self,
                                             const iof_io_context *io) {
@@ -137,6 +128,13 @@ static inline bool iof__io_launched_at_home(const iof_thread_state *th,
   return env->executor.ex == io && env->executor.vt == &iof__io_vtbl &&
          !env->stop_token.state && !self->strand &&
          iof__thread_runs_top(th, &io->ctx);
+}
+
+static inline bool iof__io_at_home(const iof_thread_state *th,
+                                   const iof_fiber *self,
+                                   const iof_io_context *io) {
+  return self != &th->root && self->env &&
+         iof__io_launched_at_home(th, self, io);
 }
 
 /* Suspends self (at home on io, th's current fiber), already armed or

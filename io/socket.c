@@ -83,29 +83,9 @@ typedef struct sock_wait {
  * waiter builds a new one. Never seen by callers. */
 #define RETRY_LIMITS (-0x7ff0)
 
-static inline int arm(iof_io_op *op) {
-  iof_socket *s = op->obj;
-  if (s->closed) return -EBADF;
-  if (((sock_wait *)op)->gen !=
-      atomic_load_explicit(&s->limit_gen, memory_order_relaxed))
-    return RETRY_LIMITS;
-  if (!(s->interest & op->dir)) {
-    int r = iof__ev_mem_ok(); /* libev may grow its arrays */
-    if (r < 0) return r;
-  }
-  iof__wq_push(queue_of(s, op), &op->node);
-  set_interest(s, s->interest | op->dir);
-  return 0;
-}
-
-static inline void disarm(iof_io_op *op) {
-  iof_socket *s = op->obj;
-  if (!s) return; /* detached by close */
-  iof__wq_unlink(queue_of(s, op), &op->node);
-}
-
-/* arm for the home path: no hop since the caller read the limits and
- * checked the socket, so neither can have changed. */
+/* Queues op on its socket and makes sure the watcher has its direction.
+ * The home path arms with this alone: no hop since the caller read the
+ * limits and checked the socket, so neither can have changed. */
 static inline int arm_home(iof_io_op *op) {
   iof_socket *s = op->obj;
   if (__builtin_expect(!(s->interest & op->dir), 0)) {
@@ -115,6 +95,22 @@ static inline int arm_home(iof_io_op *op) {
   }
   iof__wq_push(queue_of(s, op), &op->node);
   return 0;
+}
+
+/* Any other wait may have hopped threads since it was built: re-check. */
+static inline int arm(iof_io_op *op) {
+  iof_socket *s = op->obj;
+  if (s->closed) return -EBADF;
+  if (((sock_wait *)op)->gen !=
+      atomic_load_explicit(&s->limit_gen, memory_order_relaxed))
+    return RETRY_LIMITS;
+  return arm_home(op);
+}
+
+static inline void disarm(iof_io_op *op) {
+  iof_socket *s = op->obj;
+  if (!s) return; /* detached by close */
+  iof__wq_unlink(queue_of(s, op), &op->node);
 }
 
 /* disarm for the home path: only a node nobody claimed is still queued. */

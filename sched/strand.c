@@ -112,16 +112,22 @@ void iof__strand_release(iof_fiber *f) {
   if (next) hand_over(s, next);
 }
 
-iof_fiber *iof__strand_yield(iof_fiber *h, int *err) {
-  iof_strand *s = h->strand;
-  h->strand = NULL;
-  /* Release and queue again under one lock: h goes behind the fibers
-   * waiting, or keeps the strand when none is. */
+/* A yield of h, the holder: release and queue again under one lock. h
+ * goes behind the fibers waiting and the first of them is returned (it
+ * now holds the strand, which stays busy); NULL: h keeps it. */
+static iof_fiber *queue_behind(iof_strand *s, iof_fiber *h) {
   lock(s);
   iof_fiber *next = iof__q_pop(&s->q);
   if (next) iof__q_push(&s->q, h);
   queue_changed(s);
   unlock(s);
+  return next;
+}
+
+iof_fiber *iof__strand_yield(iof_fiber *h, int *err) {
+  iof_strand *s = h->strand;
+  h->strand = NULL;
+  iof_fiber *next = queue_behind(s, h);
   int r = hand_over(s, next ? next : h);
   if (r < 0 && !next) {
     /* The inner executor refused h: it goes on at once, without the
@@ -150,18 +156,13 @@ iof_executor_ref iof__strand_inner_of(iof_executor_ref ex, const iof_fiber *h) {
 iof_fiber *iof__strand_pass(iof_fiber *h) {
   iof_strand *s = h->strand;
   if (!atomic_load_explicit(&s->waiting, memory_order_acquire)) return NULL;
-  lock(s);
-  iof_fiber *next = iof__q_pop(&s->q);
+  iof_fiber *next = queue_behind(s, h);
   if (next) {
-    /* The strand stays busy: it passes from h to next. Nobody can hand h
-     * the strand back before h has switched away: only next's release,
-     * on this thread, once it runs. */
-    iof__q_push(&s->q, h);
+    /* Nobody can hand h the strand back before h has switched away: only
+     * next's release can, on this thread, once it runs. */
     h->strand = NULL;
     next->strand = s;
   }
-  queue_changed(s);
-  unlock(s);
   return next;
 }
 
