@@ -54,10 +54,9 @@
 #endif
 
 /* A free stack's link lives in its top page, which a used stack has always
- * touched, so caching costs no extra resident page. */
-typedef struct stack_node {
-  struct stack_node *next;
-} stack_node;
+ * touched, so caching costs no extra resident page. It carries the warm
+ * context a fiber left there (stack_map.h). */
+typedef iof__pool_node stack_node;
 
 typedef struct pool_cache {
   struct pool_cache *next; /* in the pool's list of caches */
@@ -113,11 +112,11 @@ static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
 static stack_node *node_of(void *base, size_t size) {
-  return (stack_node *)((char *)base + size - 64);
+  return (stack_node *)((char *)base + size - IOF__POOL_NODE_BELOW_TOP);
 }
 
 static void *base_of(stack_node *n, size_t size) {
-  return (char *)n + 64 - size;
+  return (char *)n + IOF__POOL_NODE_BELOW_TOP - size;
 }
 
 static void release_pages(iof_stack_pool *p, void *base) {
@@ -220,8 +219,10 @@ static void depot_put(iof_stack_pool *p, stack_node *chain, bool release) {
   size_t n = p->depot_n;
   pthread_mutex_unlock(&p->lock);
   for (stack_node *s = chain; s; s = s->next)
-    if (release || n++ >= WARM_DEPOT * p->cache_max)
+    if (release || n++ >= WARM_DEPOT * p->cache_max) {
       release_pages(p, base_of(s, p->stack_size));
+      s->warm.ctx = NULL; /* its frames may lie in the released pages */
+    }
   pthread_mutex_lock(&p->lock);
   while (chain) {
     stack_node *s = chain;
@@ -500,8 +501,8 @@ static __attribute__((noinline)) void odd_deallocate(iof_stack_pool *p,
   atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
 }
 
-static __attribute__((noinline)) void dealloc_slow(iof_stack_pool *p,
-                                                   void *base, size_t size) {
+static __attribute__((noinline)) void
+dealloc_slow(iof_stack_pool *p, void *base, size_t size, iof__pool_warm warm) {
   if (size != p->stack_size) {
     size_t page = iof__page_size();
     if (((size + page - 1) & ~(page - 1)) != p->stack_size) {
@@ -512,6 +513,7 @@ static __attribute__((noinline)) void dealloc_slow(iof_stack_pool *p,
   }
   stack_node *s = node_of(base, size);
   POISON_CACHED(base, size);
+  s->warm = warm;
   pool_cache *c = get_cache(p);
   if (c) {
     s->next = c->head;
@@ -528,9 +530,8 @@ static __attribute__((noinline)) void dealloc_slow(iof_stack_pool *p,
   atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
 }
 
-void iof__pool_deallocate(iof_frame_allocator *self, void *base, size_t size) {
-  iof_stack_pool *p = (iof_stack_pool *)self;
-  if (!base) return;
+static inline void pool_free(iof_stack_pool *p, void *base, size_t size,
+                             iof__pool_warm warm) {
   if (__builtin_expect(
           size == p->stack_size && !p->budget && slots[0].id == p->id, 1)) {
     pool_cache *c = slots[0].cache;
@@ -539,13 +540,24 @@ void iof__pool_deallocate(iof_frame_allocator *self, void *base, size_t size) {
       stack_node *s = node_of(base, size);
       POISON_CACHED(base, size);
       s->next = c->head;
+      s->warm = warm;
       c->head = s;
       atomic_store_explicit(&c->n, n, memory_order_relaxed);
       atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
       return;
     }
   }
-  dealloc_slow(p, base, size);
+  dealloc_slow(p, base, size, warm);
+}
+
+void iof__pool_deallocate(iof_frame_allocator *self, void *base, size_t size) {
+  if (!base) return;
+  pool_free((iof_stack_pool *)self, base, size, (iof__pool_warm){NULL, NULL});
+}
+
+void iof__pool_deallocate_warm(iof_frame_allocator *self, void *base,
+                               size_t size, void *ctx, void *cb) {
+  pool_free((iof_stack_pool *)self, base, size, (iof__pool_warm){ctx, cb});
 }
 
 const iof_frame_allocator_vtbl iof__pool_vtbl = {iof__pool_allocate,

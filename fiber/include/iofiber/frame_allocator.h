@@ -106,8 +106,10 @@ struct iof_stack_pool_stats {
 /* Creates a pool: per-thread caches (no lock on the fast path) in front of
  * a shared depot; stacks guarded as opts->guard says. Stacks returned to the
  * depot beyond its first 4 x thread_cache give their pages back to the OS.
- * opts may be NULL. Requests larger
- * than the pool's stack size are mapped and unmapped directly (still
+ * A fiber's stack comes back with its finished context, which the next
+ * fiber created there reuses (a frame taken through the allocator interface
+ * is plain memory and comes back without one). opts may be NULL. Requests
+ * larger than the pool's stack size are mapped and unmapped directly (still
  * counted). Returns NULL with errno EINVAL (absurd sizes) or ENOMEM. */
 IOF_API iof_stack_pool *
 iof_stack_pool_create(const iof_stack_pool_options *opts);
