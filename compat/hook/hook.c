@@ -488,7 +488,11 @@ IOF_HOOK_API pthread_t pthread_self(void) {
   return REAL(pthread_self)();
 }
 
-IOF_HOOK_API int pthread_equal(pthread_t a, pthread_t b) {
+/* glibc's <pthread.h> may define pthread_equal as an extern inline, which
+ * clang will not let a file define again: the symbol gets another C name. */
+IOF_HOOK_API int hook_pthread_equal(pthread_t a,
+                                    pthread_t b) __asm__("pthread_equal");
+IOF_HOOK_API int hook_pthread_equal(pthread_t a, pthread_t b) {
   return a == b;
 }
 
