@@ -64,6 +64,7 @@ typedef struct iof__pool_warm {
 typedef struct iof__pool_node {
   struct iof__pool_node *next;
   iof__pool_warm warm;
+  bool released; /* pages given back since its last use (stack_pool.c) */
 } iof__pool_node;
 
 #define IOF__POOL_NODE_BELOW_TOP 64

@@ -475,6 +475,48 @@ static void test_thread_exit_flush(void **state) {
   assert_int_equal(iof_stack_pool_destroy(pool), 0);
 }
 
+/* Stacks that cycle through the depot keep their pages (a steady load
+ * makes no madvise per pass); stacks that sit there unused for a whole
+ * interval (100 ms) give them back at the next put. */
+static void test_depot_pages_decay(void **state) {
+  (void)state;
+  iof_stack_pool_options o = {
+      .stack_size = K64, .thread_cache = 4, .depot_max = 64};
+  iof_stack_pool *pool = iof_stack_pool_create(&o);
+  assert_non_null(pool);
+  struct frames f = {.a = iof_stack_pool_allocator(pool), .size = K64};
+  struct worker w;
+  worker_start(&w);
+  on(&w, alloc_range, &f, 0, 32);
+  assert_int_equal(f.failed, 0);
+  on(&w, touch_all, &f, 0, 32);
+  void *orig[32];
+  memcpy(orig, f.v, sizeof orig);
+  on(&w, free_range, &f, 0, 32); /* 4 stay in its cache, 28 in the depot */
+  size_t full = 0;
+  for (int i = 0; i < 32; i++)
+    full += resident_pages(orig[i], K64) == K64 / page_size();
+  assert_int_equal(full, 32);
+
+  /* Six taken here and six given back (a spill): a put. The first put
+   * after an interval starts the count; the stacks that the next interval's
+   * takes do not reach are released at the put that ends it. */
+  struct frames g = {.a = f.a, .size = K64};
+  for (int round = 0; round < 2; round++) {
+    usleep(150 * 1000);
+    on(NULL, alloc_range, &g, 0, 6);
+    assert_int_equal(g.failed, 0);
+    on(NULL, free_range, &g, 0, 6);
+  }
+  size_t released = 0;
+  for (int i = 0; i < 32; i++) released += resident_pages(orig[i], K64) <= 1;
+  assert_true(released >= 16);
+  assert_true(released <= 28); /* never the worker's own cache */
+  assert_stats(pool, 0, 32, 44, 32, 32, 0, 0);
+  worker_stop(&w);
+  assert_int_equal(iof_stack_pool_destroy(pool), 0);
+}
+
 /* A thread's cache slots of pools destroyed by another thread are taken
  * back: after using four pools that main then destroys, the worker still
  * gets a lock-free cache for a fifth, which its exit flushes (pages given
@@ -771,6 +813,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_reuse),
       cmocka_unit_test(test_cross_thread_free),
       cmocka_unit_test(test_thread_exit_flush),
+      cmocka_unit_test(test_depot_pages_decay),
       cmocka_unit_test(test_many_pools),
       cmocka_unit_test(test_stale_slots_reclaimed),
       cmocka_unit_test(test_threads_stress),
