@@ -168,51 +168,29 @@ IOF_HIDDEN iof_transfer iof__landed(iof_transfer t);
 #define IOF_FB_SOFT_LO 120
 #define IOF_STR_(x) #x
 #define IOF_STR(x) IOF_STR_(x)
+/* clang-format off */
 #ifdef IOF_ASAN
 #define IOF_LAND_FAST ""
 #else
-#define IOF_LAND_FAST                                                                                                                        \
-  "  movq " IOF_STR(                                                                                                                         \
-      IOF_SW_FROM) "(%rdx), %rcx\n"                                                                                                          \
-                   "  cmpq $0, " IOF_STR(                                                                                                    \
-                       IOF_SW_HOOK) "(%rdx)\n"                                                                                               \
-                                    "  jne 3f\n"                                                                                             \
-                                    "  cmpq $0, " IOF_STR(                                                                                   \
-                                        IOF_FB_SOFT_LO) "(%rcx)\n"                                                                           \
-                                                        "  jne 3f\n"                                                                         \
-                                                        "  movl " IOF_STR(                                                                   \
-                                                            IOF_SW_KIND) "(%"                                                                \
-                                                                         "rdx"                                                               \
-                                                                         "), "                                                               \
-                                                                         "%r8"                                                               \
-                                                                         "d\n"                                                               \
-                                                                         "  "                                                                \
-                                                                         "cmp"                                                               \
-                                                                         "l "                                                                \
-                                                                         "$1,"                                                               \
-                                                                         " %"                                                                \
-                                                                         "r8d"                                                               \
-                                                                         "\n" /* SW_SUSPEND; SW_RESUME is 0 */                               \
-                                                                         "  "                                                                \
-                                                                         "ja "                                                               \
-                                                                         "3f"                                                                \
-                                                                         "\n"                                                                \
-                                                                         "  "                                                                \
-                                                                         "mov"                                                               \
-                                                                         "q "                                                                \
-                                                                         "%ra"                                                               \
-                                                                         "x,"                                                                \
-                                                                         " " IOF_STR(                                                        \
-                                                                             IOF_FB_CTX) "(%rcx)\n"                                          \
-                                                                                         "  jne 4f\n"                                        \
-                                                                                         "  movl $2, " IOF_STR(                              \
-                                                                                             IOF_FB_STATE) "(%rcx)\n" /* IOF_FS_SUSPENDED */ \
-                                                                                                           "4:\n"                            \
-                                                                                                           "  xorl %eax, %eax\n"             \
-                                                                                                           "  popq %rcx\n"                   \
-                                                                                                           "  jmp *%rcx\n"                   \
-                                                                                                           "3:\n"
+#define IOF_LAND_FAST                                                  \
+  "  movq " IOF_STR(IOF_SW_FROM) "(%rdx), %rcx\n"                      \
+  "  cmpq $0, " IOF_STR(IOF_SW_HOOK) "(%rdx)\n"                        \
+  "  jne 3f\n"                                                         \
+  "  cmpq $0, " IOF_STR(IOF_FB_SOFT_LO) "(%rcx)\n"                     \
+  "  jne 3f\n"                                                         \
+  "  movl " IOF_STR(IOF_SW_KIND) "(%rdx), %r8d\n"                      \
+  "  cmpl $1, %r8d\n" /* SW_SUSPEND; SW_RESUME is 0 */                 \
+  "  ja 3f\n"                                                          \
+  "  movq %rax, " IOF_STR(IOF_FB_CTX) "(%rcx)\n" /* flags kept */      \
+  "  jne 4f\n"                                                         \
+  "  movl $2, " IOF_STR(IOF_FB_STATE) "(%rcx)\n" /* IOF_FS_SUSPENDED */ \
+  "4:\n"                                                               \
+  "  xorl %eax, %eax\n"                                                \
+  "  popq %rcx\n"                                                      \
+  "  jmp *%rcx\n"                                                      \
+  "3:\n"
 #endif
+/* clang-format on */
 
 __asm__(".text\n"
         ".p2align 4\n"
