@@ -18,6 +18,11 @@
  *                       loop, where a post takes the io_context's remote
  *                       path (a lock and an ev_async_send); this one takes
  *                       the loop thread's lock-free path (vs spawn_pool)
+ *   run_async_2io       run_async on two threads at once, each with its
+ *                       own io_context, both taking frames from the one
+ *                       stack pool (as io_contexts share the default pool):
+ *                       time per launch of each thread, so 1.00 would be
+ *                       perfect scaling (vs run_async)
  *   budget_150ns        not a measurement of the runtime: the body spins
  *                       until 150 ns per operation have passed. It turns
  *                       the absolute goal into a row to compare against.
@@ -26,6 +31,7 @@
 #include "bench_util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #define BATCH 64
@@ -142,6 +148,40 @@ static int in_fiber_body(void *arg, uint64_t iters) {
   return st->launcher_status;
 }
 
+/* ---- run_async_2io ------------------------------------------------------ */
+
+/* The second thread: its own io_context and the first one's stack pool. */
+typedef struct second_io {
+  launch_state st;
+  uint64_t iters;
+  int rc;
+} second_io;
+
+static void *second_main(void *arg) {
+  second_io *s = arg;
+  s->rc = run_async_body(&s->st, s->iters);
+  return NULL;
+}
+
+static int two_io_body(void *arg, uint64_t iters) {
+  launch_state *st = arg;
+  second_io s = {.iters = iters};
+  s.st.batch = st->batch;
+  s.st.alloc = st->alloc;
+  s.st.b.io = iof_io_context_create();
+  if (!s.st.b.io) return -ENOMEM;
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, second_main, &s);
+  if (rc != 0) {
+    iof_io_context_destroy(s.st.b.io);
+    return -rc;
+  }
+  rc = run_async_body(st, iters);
+  pthread_join(t, NULL);
+  iof_io_context_destroy(s.st.b.io);
+  return rc < 0 ? rc : s.rc;
+}
+
 static void launch_teardown(void *arg) {
   launch_state *st = arg;
   /* A pool that kept no stack would have measured mmap, not recycling. */
@@ -208,6 +248,13 @@ int bench_suite_launch(bench_ctx *ctx) {
        .arg = &st,
        .setup = batch_setup,
        .body = in_fiber_body,
+       .teardown = launch_teardown},
+      {.name = "run_async_2io",
+       .unit = "ns/launch",
+       .baseline = "run_async",
+       .arg = &st,
+       .setup = batch_setup,
+       .body = two_io_body,
        .teardown = launch_teardown},
       {.name = "budget_150ns", .unit = "ns/launch", .body = budget_body},
   };
