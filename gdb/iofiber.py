@@ -7,7 +7,7 @@
 #   (gdb) iofiber bt 3 full      # extra words are passed to bt
 #
 # It reads the registry that libiofiber keeps of launched fibers (the
-# variable iof__debug_chains and the types of sched/debug.c, which is always
+# list iof__debug_shards and the types of sched/debug.c, which is always
 # compiled with debug information). `iofiber bt` needs a live process: it
 # loads the registers a suspended fiber saved when it switched away into
 # the selected thread, runs `bt`, then puts the thread's registers back.
@@ -28,17 +28,20 @@ def _u64(addr):
 
 def _chains():
     try:
-        head = gdb.parse_and_eval("iof__debug_chains")
+        shard = gdb.parse_and_eval("iof__debug_shards")
     except gdb.error:
         raise gdb.GdbError(
             "iofiber: no fiber registry in this program (not linked with "
             "iofiber, or its debug information was stripped)")
+    # One list per launching thread (sched/debug.c); ids give launch order.
     chains = []
-    c = head
-    while int(c) != 0 and len(chains) < 1000000:
-        chains.append(c)
-        c = c["dbg_next"]
-    chains.reverse()  # launch order
+    while int(shard) != 0 and len(chains) < 1000000:
+        c = shard["head"]
+        while int(c) != 0 and len(chains) < 1000000:
+            chains.append(c)
+            c = c["dbg_next"]
+        shard = shard["next"]
+    chains.sort(key=lambda c: int(c["dbg_id"]))
     return chains
 
 

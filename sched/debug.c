@@ -1,50 +1,125 @@
 /* The registry of live launched fibers and its walk (iof_fiber_walk,
- * iof_fiber_dump); docs/debugging.md. A global list under a spinlock taken
- * at launch and at exit only: a switch touches no shared state, an await
- * stores what it waits on in the chain's own record. */
+ * iof_fiber_dump); docs/debugging.md. Lists under spinlocks taken at launch
+ * and at exit only: a switch touches no shared state, an await stores what
+ * it waits on in the chain's own record.
+ *
+ * One list per launching thread (a shard), so that threads that launch and
+ * end their own fibers (an io_context per thread) never write the same
+ * lock: a chain stays in its launcher's shard, and a chain that ends on
+ * another thread (a pool's) takes that shard's lock to leave. Ids come in
+ * blocks of ID_BLOCK per shard, for the same reason: increasing with each
+ * thread's launches, and close to launch order across threads. A shard
+ * outlives its thread (its chains may still run elsewhere) and is taken
+ * over by the next thread that launches. */
 #include "sched/sched_internal.h"
 
 #include <iofiber/debug.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+
+#define ID_BLOCK 64
+
+typedef struct iof__debug_shard {
+  atomic_int lock;
+  bool owned;      /* a live thread launches into it (shards_lock) */
+  iof_chain *head; /* newest first */
+  unsigned long next_id, id_end;
+  struct iof__debug_shard *next; /* all shards, never freed */
+  iof_chain *walk;               /* the walk's cursor (all locks held) */
+} iof__debug_shard;
 
 /* Read by the gdb extension (share/iofiber/gdb/iofiber.py) by these names:
- * keep them, and the chain and fiber fields it reads, in step with it. */
-IOF_HIDDEN iof_chain *iof__debug_chains;
-IOF_HIDDEN atomic_int iof__debug_lock;
-static unsigned long last_id;
+ * keep them, and the shard, chain and fiber fields it reads, in step. */
+IOF_HIDDEN iof__debug_shard *iof__debug_shards;
 IOF_HIDDEN _Thread_local bool iof__debug_walking;
 
-static void lock(void) {
-  while (atomic_exchange_explicit(&iof__debug_lock, 1, memory_order_acquire))
-    while (atomic_load_explicit(&iof__debug_lock, memory_order_relaxed))
-      sched_yield();
+static atomic_int shards_lock;        /* the list and `owned` */
+static atomic_ulong id_blocks;        /* next block of ids, from 0 */
+static iof__debug_shard shared_shard; /* when no shard could be made */
+static _Thread_local iof__debug_shard *my_shard;
+static pthread_key_t shard_key;
+static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
+static bool shard_key_ok;
+
+static void spin_lock(atomic_int *l) {
+  while (atomic_exchange_explicit(l, 1, memory_order_acquire))
+    while (atomic_load_explicit(l, memory_order_relaxed)) sched_yield();
 }
 
-static void unlock(void) {
-  atomic_store_explicit(&iof__debug_lock, 0, memory_order_release);
+static void spin_unlock(atomic_int *l) {
+  atomic_store_explicit(l, 0, memory_order_release);
+}
+
+/* At thread exit: the shard is free for the next thread. */
+static void shard_release(void *p) {
+  iof__debug_shard *sh = p;
+  spin_lock(&shards_lock);
+  sh->owned = false;
+  spin_unlock(&shards_lock);
+}
+
+static void make_shard_key(void) {
+  shard_key_ok = pthread_key_create(&shard_key, shard_release) == 0;
+}
+
+static __attribute__((noinline)) iof__debug_shard *take_shard(void) {
+  pthread_once(&shard_once, make_shard_key);
+  iof__debug_shard *sh;
+  spin_lock(&shards_lock);
+  for (sh = iof__debug_shards; sh && sh->owned; sh = sh->next) {
+  }
+  if (!sh && shard_key_ok && (sh = calloc(1, sizeof *sh)) != NULL) {
+    sh->next = iof__debug_shards;
+    iof__debug_shards = sh;
+  }
+  if (sh) sh->owned = true;
+  spin_unlock(&shards_lock);
+  /* Without a key the shard could not be given back at thread exit. */
+  if (!sh || pthread_setspecific(shard_key, sh) != 0) {
+    if (sh) shard_release(sh);
+    spin_lock(&shards_lock);
+    if (!shared_shard.owned) { /* listed once, owned by everyone */
+      shared_shard.owned = true;
+      shared_shard.next = iof__debug_shards;
+      iof__debug_shards = &shared_shard;
+    }
+    spin_unlock(&shards_lock);
+    sh = &shared_shard;
+  }
+  return my_shard = sh;
 }
 
 void iof__debug_register(iof_chain *c) {
-  lock();
-  c->dbg_id = ++last_id;
+  iof__debug_shard *sh = my_shard ? my_shard : take_shard();
+  spin_lock(&sh->lock);
+  if (sh->next_id == sh->id_end) {
+    unsigned long b =
+        atomic_fetch_add_explicit(&id_blocks, 1, memory_order_relaxed);
+    sh->next_id = b * ID_BLOCK + 1;
+    sh->id_end = sh->next_id + ID_BLOCK;
+  }
+  c->dbg_id = sh->next_id++;
+  c->dbg_shard = sh;
   c->dbg_prev = NULL;
-  c->dbg_next = iof__debug_chains;
-  if (iof__debug_chains) iof__debug_chains->dbg_prev = c;
-  iof__debug_chains = c;
-  unlock();
+  c->dbg_next = sh->head;
+  if (sh->head) sh->head->dbg_prev = c;
+  sh->head = c;
+  spin_unlock(&sh->lock);
 }
 
 void iof__debug_unregister(iof_chain *c) {
-  lock();
+  iof__debug_shard *sh = c->dbg_shard;
+  spin_lock(&sh->lock);
   if (c->dbg_prev)
     c->dbg_prev->dbg_next = c->dbg_next;
   else
-    iof__debug_chains = c->dbg_next;
+    sh->head = c->dbg_next;
   if (c->dbg_next) c->dbg_next->dbg_prev = c->dbg_prev;
-  unlock();
+  spin_unlock(&sh->lock);
 }
 
 /* ---- labels ------------------------------------------------------------ */
@@ -86,43 +161,64 @@ static iof_fiber_run_state run_state(const iof_fiber *f) {
   }
 }
 
+static void fill_info(iof_fiber_info *info, const iof_chain *c) {
+  const iof_fiber *f = c->fiber;
+  const iof_env *env = f->env ? f->env : &c->env;
+  info->fiber = f;
+  info->id = c->dbg_id;
+  info->name = f->name;
+  info->state = run_state(f);
+  info->executor = env->executor;
+  const struct label *el = find_label(env->executor.vt);
+  info->executor_kind = el ? el->label : "executor";
+  info->waiting = "";
+  const void *vt = c->wait_vt;
+  if (info->state == IOF_FIBER_SUSPENDED && vt) {
+    const struct label *wl = find_label(vt);
+    info->waiting = wl ? wl->label : "custom awaitable";
+    info->waiting_on = c->wait_aw;
+    if (wl && wl->describe) {
+      const char *d = wl->describe(c->wait_aw, &info->waiting_on);
+      if (d) info->waiting = d;
+    }
+  }
+  info->stack_size = f->stack_size;
+}
+
+/* The oldest chain not yet walked, over all shards (each walks from its
+ * tail, the oldest, towards its head). */
+static iof_chain *next_oldest(void) {
+  iof__debug_shard *best = NULL;
+  for (iof__debug_shard *sh = iof__debug_shards; sh; sh = sh->next)
+    if (sh->walk && (!best || sh->walk->dbg_id < best->walk->dbg_id)) best = sh;
+  if (!best) return NULL;
+  iof_chain *c = best->walk;
+  best->walk = c->dbg_prev;
+  return c;
+}
+
 int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg) {
   if (!fn) return -EINVAL;
-  if (iof__debug_walking) return -EDEADLK; /* the lock is held: spin */
-  /* Oldest first: the list is pushed at the head, so go to its tail. */
-  lock();
+  if (iof__debug_walking) return -EDEADLK; /* the locks are held: spin */
+  spin_lock(&shards_lock);
+  for (iof__debug_shard *sh = iof__debug_shards; sh; sh = sh->next) {
+    spin_lock(&sh->lock);
+    iof_chain *c = sh->head;
+    while (c && c->dbg_next) c = c->dbg_next;
+    sh->walk = c;
+  }
   iof__debug_walking = true;
-  iof_chain *c = iof__debug_chains;
-  while (c && c->dbg_next) c = c->dbg_next;
   int n = 0;
-  for (; c; c = c->dbg_prev) {
-    const iof_fiber *f = c->fiber;
-    const iof_env *env = f->env ? f->env : &c->env;
+  for (iof_chain *c; (c = next_oldest()) != NULL;) {
     iof_fiber_info info = {0};
-    info.fiber = f;
-    info.id = c->dbg_id;
-    info.name = f->name;
-    info.state = run_state(f);
-    info.executor = env->executor;
-    const struct label *el = find_label(env->executor.vt);
-    info.executor_kind = el ? el->label : "executor";
-    info.waiting = "";
-    const void *vt = c->wait_vt;
-    if (info.state == IOF_FIBER_SUSPENDED && vt) {
-      const struct label *wl = find_label(vt);
-      info.waiting = wl ? wl->label : "custom awaitable";
-      info.waiting_on = c->wait_aw;
-      if (wl && wl->describe) {
-        const char *d = wl->describe(c->wait_aw, &info.waiting_on);
-        if (d) info.waiting = d;
-      }
-    }
-    info.stack_size = f->stack_size;
+    fill_info(&info, c);
     n++;
     if (fn(&info, arg)) break;
   }
   iof__debug_walking = false;
-  unlock();
+  for (iof__debug_shard *sh = iof__debug_shards; sh; sh = sh->next)
+    spin_unlock(&sh->lock);
+  spin_unlock(&shards_lock);
   return n;
 }
 

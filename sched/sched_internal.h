@@ -27,6 +27,7 @@ typedef struct iof_chain {
   /* Debug registry (sched/debug.c): the list of live chains, and the await
    * in progress (set around each suspension, read by iof_fiber_walk). */
   struct iof_chain *dbg_prev, *dbg_next;
+  struct iof__debug_shard *dbg_shard; /* the list it is on */
   iof_fiber *fiber;
   unsigned long dbg_id;
   const void *wait_vt;

@@ -1,11 +1,17 @@
 /* The registry of live fibers (iof_fiber_walk, iof_fiber_dump): every
  * launched fiber is listed from launch to end, in launch order, with its
  * name, state, executor kind and what it waits on; finished fibers are gone
- * from the list; the dump writes one line per fiber. */
+ * from the list; the dump writes one line per fiber.
+ *
+ * IOF_TEST_THREADED: fibers launched by several threads, some of which end
+ * on another thread. */
 #include "io_test.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_SEEN 16
@@ -223,6 +229,120 @@ static void bad_args(void **state) {
   fclose(f);
 }
 
+/* ---- several launching threads ----------------------------------------- */
+
+#define THREADS 4
+#define PER_THREAD 10
+
+typedef struct launcher {
+  pthread_t t;
+  int index;
+  iof_thread_pool *pool; /* some of its fibers end there */
+  atomic_int *launched;
+  atomic_bool *go;
+  atomic_int pool_done;
+} launcher;
+
+static void count_done(void *user, int status) {
+  (void)status;
+  atomic_fetch_add(&((launcher *)user)->pool_done, 1);
+}
+
+static void *launcher_main(void *arg) {
+  launcher *l = arg;
+  iof_io_context *io = iof_io_context_create();
+  if (!io) abort();
+  char name[32];
+  for (int i = 0; i < PER_THREAD; i++) {
+    snprintf(name, sizeof name, "t%d-%d", l->index, i);
+    iof_launch_opts o = {.name = name};
+    iof_executor_ref ex = iof_io_context_executor(io);
+    if (i % 2) { /* launched here, run and ended on the pool */
+      ex = iof_thread_pool_executor(l->pool);
+      o.on_done = count_done;
+      o.user = l;
+    }
+    if (iof_run_async(ex, &o, never, NULL) != 0) abort();
+  }
+  atomic_fetch_add(l->launched, 1);
+  while (!atomic_load(l->go)) sched_yield();
+  iof_io_context_run(io);
+  iof_io_context_destroy(io);
+  return NULL;
+}
+
+typedef struct by_thread {
+  int n;
+  unsigned long last_id[THREADS];
+  int next[THREADS]; /* the next index expected from each thread (the
+                       even ones stay on its io_context) */
+  bool ordered;
+  unsigned long ids[THREADS * PER_THREAD];
+} by_thread;
+
+static int check_order(const iof_fiber_info *i, void *arg) {
+  by_thread *b = arg;
+  int t = -1, k = -1;
+  if (sscanf(i->name, "t%d-%d", &t, &k) != 2 || t < 0 || t >= THREADS)
+    return 0; /* not one of ours */
+  if (k != b->next[t] || (b->next[t] && i->id <= b->last_id[t]))
+    b->ordered = false;
+  b->next[t] = k + 2;
+  b->last_id[t] = i->id;
+  if (b->n < THREADS * PER_THREAD) b->ids[b->n] = i->id;
+  b->n++;
+  return 0;
+}
+
+static int walk_ours(by_thread *b) {
+  memset(b, 0, sizeof *b);
+  b->ordered = true;
+  int n = iof_fiber_walk(check_order, b);
+  for (int x = 0; x < b->n && x < THREADS * PER_THREAD; x++)
+    for (int y = 0; y < x; y++) assert_true(b->ids[x] != b->ids[y]);
+  return n;
+}
+
+/* Fibers launched by several threads are all listed, each thread's in its
+ * launch order with unique ids, also once the threads (and their lists)
+ * are gone and new threads launch; fibers that end on a pool thread leave
+ * the list. Twice, so that the second round takes over the first round's
+ * lists. */
+static void walk_lists_fibers_of_every_thread(void **state) {
+  (void)state;
+  iof_thread_pool *pool = iof_thread_pool_create(2);
+  assert_non_null(pool);
+  for (int round = 0; round < 2; round++) {
+    atomic_int launched = 0;
+    atomic_bool go = false;
+    launcher l[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+      l[t] = (launcher){
+          .index = t, .pool = pool, .launched = &launched, .go = &go};
+      atomic_init(&l[t].pool_done, 0);
+      assert_int_equal(pthread_create(&l[t].t, NULL, launcher_main, &l[t]), 0);
+    }
+    while (atomic_load(&launched) < THREADS) sched_yield();
+    /* The pool runs its half at once: wait until those ended. */
+    for (int t = 0; t < THREADS; t++)
+      while (atomic_load(&l[t].pool_done) < PER_THREAD / 2) sched_yield();
+    by_thread b;
+    /* A pool fiber calls on_done before it leaves the list: let it. */
+    for (int tries = 0; tries < 1000; tries++) {
+      if (walk_ours(&b) == THREADS * PER_THREAD / 2) break;
+      usleep(1000);
+    }
+    assert_int_equal(walk_ours(&b), THREADS * PER_THREAD / 2);
+    assert_int_equal(b.n, THREADS * PER_THREAD / 2);
+    assert_true(b.ordered);
+    atomic_store(&go, true);
+    for (int t = 0; t < THREADS; t++)
+      assert_int_equal(pthread_join(l[t].t, NULL), 0);
+    assert_int_equal(walk_ours(&b), 0);
+  }
+  assert_int_equal(iof_thread_pool_destroy(pool), 0);
+}
+
 IOF_TEST_WATCHDOG(setup, teardown, 20)
 
 int main(void) {
@@ -230,6 +350,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(walk_lists_live_fibers, setup, teardown),
       cmocka_unit_test_setup_teardown(destroy_drops_unstarted, setup, teardown),
       cmocka_unit_test_setup_teardown(bad_args, setup, teardown),
+      cmocka_unit_test_setup_teardown(walk_lists_fibers_of_every_thread, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,7 +26,9 @@ typedef enum iof_fiber_run_state {
  * during the callback. */
 typedef struct iof_fiber_info {
   const iof_fiber *fiber;
-  unsigned long id;          /* launch order, from 1 */
+  unsigned long id;          /* unique, from 1; increases with each
+                                thread's launches (across threads, close
+                                to launch order) */
   const char *name;          /* "" when unnamed (iof_launch_opts.name) */
   iof_fiber_run_state state; /* a snapshot: other threads keep running */
   iof_executor_ref executor; /* where it runs (its chain's executor) */
@@ -43,7 +45,8 @@ typedef struct iof_fiber_info {
 /* Called once per live launched fiber; return non-zero to stop the walk. */
 typedef int (*iof_fiber_walk_fn)(const iof_fiber_info *info, void *arg);
 
-/* Calls fn for each live launched fiber of the process, in launch order.
+/* Calls fn for each live launched fiber of the process, by id (launch
+ * order on each thread).
  * The registry is locked during the walk: fn must not launch fibers or
  * wait for one to end (launches and cancels from fn fail with -EDEADLK).
  * Returns how many fibers fn saw; -EINVAL on NULL fn; -EDEADLK when
