@@ -102,6 +102,7 @@ static void run(iof_fiber *f) {
  * below (here another fiber's stack) and the writes land there silently. */
 static __attribute__((noinline)) int big_frame(int n) {
   volatile char buf[80000];
+  IOF_TEST_ESCAPE(buf);
   buf[0] = (char)n;
   buf[sizeof buf - 1] = (char)(n + 1);
   return buf[0] + buf[sizeof buf - 1];

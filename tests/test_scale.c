@@ -136,6 +136,7 @@ static volatile int never = -1;
 static __attribute__((noinline)) int dig(int depth) {
   volatile char buf[1024];
   memset((char *)buf, 0xab, sizeof buf);
+  IOF_TEST_ESCAPE(buf);
   if (depth == never || depth == 0) return buf[0];
   int r = dig(depth - 1);
   return r + buf[1];

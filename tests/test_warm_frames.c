@@ -104,6 +104,7 @@ static uintptr_t level_at[3];
 static __attribute__((noinline)) long deep(int n) {
   volatile unsigned char pad[512];
   memset((unsigned char *)pad, n & 0xff, sizeof pad);
+  IOF_TEST_ESCAPE(pad);
   if (n < 3) level_at[n] = (uintptr_t)pad;
   if (n == 0) return 0;
   return deep(n - 1) + pad[n % sizeof pad];

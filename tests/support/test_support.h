@@ -9,6 +9,11 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+/* Makes the compiler believe the memory at p is read and written here:
+ * a large local array then keeps its whole size and every store to it
+ * (clang otherwise shrinks a volatile array to the bytes it sees used). */
+#define IOF_TEST_ESCAPE(p) __asm__ volatile("" : : "r"(p) : "memory")
+
 /* Monotonic time in nanoseconds. */
 uint64_t iof_test_now_ns(void);
 
