@@ -66,23 +66,29 @@ static void make_shard_key(void) {
   shard_key_ok = pthread_key_create(&shard_key, shard_release) == 0;
 }
 
+/* This thread's shard: a free one, else a new one; the shared shard when
+ * neither can be had, or when no key could give it back at thread exit. */
 static __attribute__((noinline)) iof__debug_shard *take_shard(void) {
   pthread_once(&shard_once, make_shard_key);
-  iof__debug_shard *sh;
-  spin_lock(&shards_lock);
-  for (sh = iof__debug_shards; sh && sh->owned; sh = sh->next) {
-  }
-  if (!sh && shard_key_ok && (sh = calloc(1, sizeof *sh)) != NULL) {
-    sh->next = iof__debug_shards;
-    iof__debug_shards = sh;
-  }
-  if (sh) sh->owned = true;
-  spin_unlock(&shards_lock);
-  /* Without a key the shard could not be given back at thread exit. */
-  if (!sh || pthread_setspecific(shard_key, sh) != 0) {
-    if (sh) shard_release(sh);
+  iof__debug_shard *sh = NULL;
+  if (shard_key_ok) {
     spin_lock(&shards_lock);
-    if (!shared_shard.owned) { /* listed once, owned by everyone */
+    for (sh = iof__debug_shards; sh && sh->owned; sh = sh->next) {
+    }
+    if (!sh && (sh = calloc(1, sizeof *sh)) != NULL) {
+      sh->next = iof__debug_shards;
+      iof__debug_shards = sh;
+    }
+    if (sh) sh->owned = true;
+    spin_unlock(&shards_lock);
+    if (sh && pthread_setspecific(shard_key, sh) != 0) {
+      shard_release(sh);
+      sh = NULL;
+    }
+  }
+  if (!sh) {
+    spin_lock(&shards_lock);
+    if (!shared_shard.owned) { /* listed once, owned by every thread */
       shared_shard.owned = true;
       shared_shard.next = iof__debug_shards;
       iof__debug_shards = &shared_shard;
