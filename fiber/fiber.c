@@ -329,25 +329,6 @@ static inline int switch_to(iof_thread_state *th, iof_fiber *from,
 }
 #endif
 
-/* Warm frames (stack_map.h): a pool's frame keeps the context its last
- * fiber left, and the next fiber with its control block at the same place
- * resumes it. Not under the sanitizers, which track each fiber's stack
- * from its creation. */
-#if !defined(IOF_ASAN) && !defined(IOF_TSAN)
-#define WARM_FRAMES 1
-#else
-#define WARM_FRAMES 0
-#endif
-
-/* A fiber's last switch. It parks fiber_entry's loop: a fiber created
- * later on this frame, with its control block at this same address, is
- * resumed here. Not inlined: the thread-local message must be looked up
- * on the thread that exits, and a loop would keep the first address. */
-static __attribute__((noinline)) void fiber_exit(iof_fiber *self) {
-  iof_thread_state *th = iof__thread_fast();
-  switch_to(th, self, self->resumer, SW_EXIT, NULL, NULL);
-}
-
 static void fiber_entry(iof_transfer t) {
 #if defined(__x86_64__) && defined(__GCC_HAVE_DWARF2_CFI_ASM)
   /* The outermost frame of a fiber's stack: debuggers and unwinders stop
@@ -357,11 +338,11 @@ static void fiber_entry(iof_transfer t) {
   switch_msg *m = t.data;
   iof_fiber *self = m->to;
   (void)land(t);
-  for (;;) {
-    self->status = self->fn(self->arg);
-    if (self->fls) iof__fls_run_destructors(self);
-    fiber_exit(self);
-  }
+  self->status = self->fn(self->arg);
+  if (self->fls) iof__fls_run_destructors(self);
+  iof_thread_state *th = iof__thread();
+  switch_to(th, self, self->resumer, SW_EXIT, NULL, NULL);
+  __builtin_unreachable();
 }
 
 iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
@@ -377,8 +358,7 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   size_t page = iof__page_size();
   size_t size = (stack_size + page - 1) & ~(page - 1);
   char *base;
-  bool pooled = alloc->vtbl == &iof__pool_vtbl;
-  if (__builtin_expect(pooled, 1)) {
+  if (__builtin_expect(alloc->vtbl == &iof__pool_vtbl, 1)) {
     base = iof__pool_allocate(alloc, size); /* it says why it failed */
     if (!base) return NULL;
   } else {
@@ -397,8 +377,6 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   uintptr_t top = (uintptr_t)base + size;
   uintptr_t cb = (top - sizeof(iof_fiber) - extra) & ~(uintptr_t)63;
   iof_fiber *f = (iof_fiber *)cb;
-  /* Before anything is written: the block may overlap the pool's link. */
-  void *warm = WARM_FRAMES && pooled ? iof__pool_warm_ctx(base, size, f) : NULL;
   if (extra_out) {
     *extra_out = extra ? memset((char *)f + sizeof *f, 0, extra) : NULL;
   }
@@ -438,11 +416,10 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
 #endif
 #ifdef IOF_HAVE_VALGRIND
   /* A recycled frame keeps Memcheck's view from its previous fiber (areas
-   * that fiber popped are noaccess); a new fiber owns the whole stack but
-   * for a warm context, which is resumed as it is. */
-  VALGRIND_MAKE_MEM_UNDEFINED(base, warm ? (size_t)((char *)warm - base) : len);
+   * that fiber popped are noaccess); a new fiber owns the whole stack. */
+  VALGRIND_MAKE_MEM_UNDEFINED(base, len);
 #endif
-  f->ctx = warm ? warm : make_fcontext(sp, len, fiber_entry);
+  f->ctx = make_fcontext(sp, len, fiber_entry);
 #ifdef IOF_TSAN
   f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -475,16 +452,10 @@ void iof__fiber_free(iof_fiber *f) {
    * inherit it. */
   __asan_unpoison_memory_region(base, size);
 #endif
-  /* Freed fibers never ran or have returned (callers check): either way
-   * their context continues fiber_entry's loop. */
-  void *ctx = f->ctx;
   f->state = IOF_FS_FREED;
-  if (__builtin_expect(alloc->vtbl == &iof__pool_vtbl, 1)) {
-    if (WARM_FRAMES)
-      iof__pool_deallocate_warm(alloc, base, size, ctx, f);
-    else
-      iof__pool_deallocate(alloc, base, size);
-  } else
+  if (__builtin_expect(alloc->vtbl == &iof__pool_vtbl, 1))
+    iof__pool_deallocate(alloc, base, size);
+  else
     alloc->vtbl->deallocate(alloc, base, size);
 }
 

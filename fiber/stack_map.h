@@ -47,40 +47,6 @@ IOF_HIDDEN void *iof__pool_allocate(iof_frame_allocator *pool, size_t size);
 IOF_HIDDEN void iof__pool_deallocate(iof_frame_allocator *pool, void *base,
                                      size_t size);
 
-/* Warm frames. A fiber that is freed without ever running, or after its
- * function returned, leaves a context on its stack that continues its
- * entry loop (fiber.c). The pool keeps that context with the cached stack,
- * and the next fiber whose control block lands at the same address resumes
- * it rather than building a new one (make_fcontext, whose FPU state reads
- * are a slow step of a spawn). Only the fiber layer's free records one;
- * iof__pool_deallocate, the released pages of the depot and every new
- * mapping leave none. The record sits in the cached stack's link, 64 bytes
- * under the frame's top. */
-typedef struct iof__pool_warm {
-  void *ctx; /* the parked context, NULL if none */
-  void *cb;  /* the control block it runs */
-} iof__pool_warm;
-
-typedef struct iof__pool_node {
-  struct iof__pool_node *next;
-  iof__pool_warm warm;
-  bool released; /* pages given back since its last use (stack_pool.c) */
-} iof__pool_node;
-
-#define IOF__POOL_NODE_BELOW_TOP 64
-
-/* iof__pool_deallocate that keeps ctx, parked on the stack to run cb. */
-IOF_HIDDEN void iof__pool_deallocate_warm(iof_frame_allocator *pool, void *base,
-                                          size_t size, void *ctx, void *cb);
-
-/* The context parked on a frame iof__pool_allocate just returned, if it
- * runs the control block cb; else NULL. Read it before writing cb. */
-static inline void *iof__pool_warm_ctx(void *base, size_t size, void *cb) {
-  const iof__pool_node *n =
-      (const iof__pool_node *)((char *)base + size - IOF__POOL_NODE_BELOW_TOP);
-  return n->warm.cb == cb ? n->warm.ctx : NULL;
-}
-
 /* vm.max_map_count, read once. */
 IOF_HIDDEN size_t iof__max_map_count(void);
 

@@ -56,9 +56,13 @@
 #endif
 
 /* A free stack's link lives in its top page, which a used stack has always
- * touched, so caching costs no extra resident page. It carries the warm
- * context a fiber left there (stack_map.h). */
-typedef iof__pool_node stack_node;
+ * touched, so caching costs no extra resident page. */
+typedef struct stack_node {
+  struct stack_node *next;
+  bool released; /* pages given back since its last use (depot_put) */
+} stack_node;
+
+#define NODE_BELOW_TOP 64
 
 typedef struct pool_cache {
   struct pool_cache *next; /* in the pool's list of caches */
@@ -116,11 +120,11 @@ static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
 static stack_node *node_of(void *base, size_t size) {
-  return (stack_node *)((char *)base + size - IOF__POOL_NODE_BELOW_TOP);
+  return (stack_node *)((char *)base + size - NODE_BELOW_TOP);
 }
 
 static void *base_of(stack_node *n, size_t size) {
-  return (char *)n + IOF__POOL_NODE_BELOW_TOP - size;
+  return (char *)n + NODE_BELOW_TOP - size;
 }
 
 static void release_pages(iof_stack_pool *p, void *base) {
@@ -218,7 +222,6 @@ static void release_stack(iof_stack_pool *p, stack_node *s) {
   if (s->released) return;
   release_pages(p, base_of(s, p->stack_size));
   s->released = true;
-  s->warm.ctx = NULL; /* its frames may lie in the released pages */
 }
 
 /* Page decay. The depot is a LIFO: the stacks at its bottom that no take
@@ -250,8 +253,8 @@ static stack_node *detach_idle(iof_stack_pool *p) {
   return tail;
 }
 
-/* Puts released stacks back under the rest of the depot: they are taken
- * last. What no longer fits is unmapped. */
+/* Puts released stacks under the rest of the depot: they are taken last,
+ * and count as idle from the start. What no longer fits is unmapped. */
 static void depot_return(iof_stack_pool *p, stack_node *chain) {
   stack_node *spill = NULL;
   pthread_mutex_lock(&p->lock);
@@ -265,6 +268,7 @@ static void depot_return(iof_stack_pool *p, stack_node *chain) {
       *pp = s;
       pp = &s->next;
       p->depot_n++;
+      p->depot_low++;
     } else {
       s->next = spill;
       spill = s;
@@ -282,9 +286,12 @@ static void depot_return(iof_stack_pool *p, stack_node *chain) {
  * with `release` (a thread's cache at its exit) their pages go back at
  * once, else idle stacks decay (detach_idle). */
 static void depot_put(iof_stack_pool *p, stack_node *chain, bool release) {
-  stack_node *spill = NULL;
-  if (release)
+  if (release) {
     for (stack_node *s = chain; s; s = s->next) release_stack(p, s);
+    depot_return(p, chain);
+    return;
+  }
+  stack_node *spill = NULL;
   pthread_mutex_lock(&p->lock);
   while (chain) {
     stack_node *s = chain;
@@ -569,8 +576,8 @@ static __attribute__((noinline)) void odd_deallocate(iof_stack_pool *p,
   atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
 }
 
-static __attribute__((noinline)) void
-dealloc_slow(iof_stack_pool *p, void *base, size_t size, iof__pool_warm warm) {
+static __attribute__((noinline)) void dealloc_slow(iof_stack_pool *p,
+                                                   void *base, size_t size) {
   if (size != p->stack_size) {
     size_t page = iof__page_size();
     if (((size + page - 1) & ~(page - 1)) != p->stack_size) {
@@ -581,7 +588,6 @@ dealloc_slow(iof_stack_pool *p, void *base, size_t size, iof__pool_warm warm) {
   }
   stack_node *s = node_of(base, size);
   POISON_CACHED(base, size);
-  s->warm = warm;
   s->released = false;
   pool_cache *c = get_cache(p);
   if (c) {
@@ -599,8 +605,9 @@ dealloc_slow(iof_stack_pool *p, void *base, size_t size, iof__pool_warm warm) {
   atomic_fetch_sub_explicit(&p->live, 1, memory_order_relaxed);
 }
 
-static inline void pool_free(iof_stack_pool *p, void *base, size_t size,
-                             iof__pool_warm warm) {
+void iof__pool_deallocate(iof_frame_allocator *self, void *base, size_t size) {
+  iof_stack_pool *p = (iof_stack_pool *)self;
+  if (!base) return;
   if (__builtin_expect(
           size == p->stack_size && !p->budget && slots[0].id == p->id, 1)) {
     pool_cache *c = slots[0].cache;
@@ -609,7 +616,6 @@ static inline void pool_free(iof_stack_pool *p, void *base, size_t size,
       stack_node *s = node_of(base, size);
       POISON_CACHED(base, size);
       s->next = c->head;
-      s->warm = warm;
       s->released = false;
       c->head = s;
       atomic_store_explicit(&c->n, n, memory_order_relaxed);
@@ -617,17 +623,7 @@ static inline void pool_free(iof_stack_pool *p, void *base, size_t size,
       return;
     }
   }
-  dealloc_slow(p, base, size, warm);
-}
-
-void iof__pool_deallocate(iof_frame_allocator *self, void *base, size_t size) {
-  if (!base) return;
-  pool_free((iof_stack_pool *)self, base, size, (iof__pool_warm){NULL, NULL});
-}
-
-void iof__pool_deallocate_warm(iof_frame_allocator *self, void *base,
-                               size_t size, void *ctx, void *cb) {
-  pool_free((iof_stack_pool *)self, base, size, (iof__pool_warm){ctx, cb});
+  dealloc_slow(p, base, size);
 }
 
 const iof_frame_allocator_vtbl iof__pool_vtbl = {iof__pool_allocate,

@@ -960,7 +960,56 @@ static int fp_fiber(void *arg) {
   s->q_up = third();
   return 0;
 }
+
+static int fp_leave_up(void *arg) {
+  struct fpstate *s = arg;
+  s->start_mxcsr = get_mxcsr();
+  s->start_cw = get_x87cw();
+  set_mxcsr((s->start_mxcsr & ~MXCSR_RC) | MXCSR_UP);
+  set_x87cw((unsigned short)((s->start_cw & ~X87_RC) | X87_UP));
+  return 0; /* ends in round-up */
+}
 #endif
+
+/* A new fiber starts with its creator's control state, also on a stack
+ * that the pool recycles from a fiber that ended in another mode, and
+ * whatever mode its creator runs in. */
+static void test_fp_state_of_recycled_frames(void **state) {
+  (void)state;
+#if defined(__x86_64__)
+  iof_stack_pool *pool = iof_stack_pool_create(NULL);
+  assert_non_null(pool);
+  iof_frame_allocator *a = iof_stack_pool_allocator(pool);
+  unsigned m0 = get_mxcsr();
+  unsigned short c0 = get_x87cw();
+  iof_fiber *first = NULL;
+  for (int round = 0; round < 4; round++) {
+    bool creator_up = round & 1;
+    if (creator_up) {
+      set_mxcsr((m0 & ~MXCSR_RC) | MXCSR_UP);
+      set_x87cw((unsigned short)((c0 & ~X87_RC) | X87_UP));
+    }
+    struct fpstate s = {0};
+    iof_fiber *f = iof_fiber_create(a, 0, fp_leave_up, &s);
+    assert_non_null(f);
+    unsigned m_creator = get_mxcsr();
+    unsigned short c_creator = get_x87cw();
+    set_mxcsr(m0); /* the resumer runs in the default mode */
+    set_x87cw(c0);
+    assert_int_equal(iof_fiber_resume(f), 0);
+    assert_int_equal(s.start_mxcsr, m_creator);
+    assert_int_equal(s.start_cw, c_creator);
+    assert_int_equal(get_mxcsr(), m0); /* its round-up stayed in it */
+    assert_int_equal(get_x87cw(), c0);
+    assert_int_equal(iof_fiber_destroy(f), 0);
+    if (!first) first = f;
+    assert_ptr_equal(f, first); /* the same frame every round */
+  }
+  assert_int_equal(iof_stack_pool_destroy(pool), 0);
+#else
+  skip();
+#endif
+}
 
 static void test_fp_control_state(void **state) {
   (void)state;
@@ -1153,6 +1202,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(test_names, reset_failures),
       cmocka_unit_test_setup(test_stack_size, reset_failures),
       cmocka_unit_test_setup(test_fp_control_state, reset_failures),
+      cmocka_unit_test(test_fp_state_of_recycled_frames),
       cmocka_unit_test_setup(test_bad_input, reset_failures),
       cmocka_unit_test_setup(test_many_live_fibers, reset_failures),
       cmocka_unit_test_setup(test_transfer_chain, reset_failures),

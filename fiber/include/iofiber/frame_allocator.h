@@ -106,12 +106,9 @@ struct iof_stack_pool_stats {
 /* Creates a pool: per-thread caches (no lock on the fast path) in front of
  * a shared depot; stacks guarded as opts->guard says. Stacks that stay in
  * the depot unused for 100 ms give their pages back to the OS at its next
- * use, and a thread's cache gives them back when the thread exits.
- * A fiber's stack comes back with its finished context, which the next
- * fiber created there reuses (a frame taken through the allocator interface
- * is plain memory and comes back without one). opts may be NULL. Requests
- * larger than the pool's stack size are mapped and unmapped directly (still
- * counted). Returns NULL with errno EINVAL (absurd sizes) or ENOMEM. */
+ * use, and a thread's cache gives them back when the thread exits. opts
+ * may be NULL. Requests larger than the pool's stack size are mapped and
+ * unmapped directly (still counted). Returns NULL with errno EINVAL (absurd sizes) or ENOMEM. */
 IOF_API iof_stack_pool *
 iof_stack_pool_create(const iof_stack_pool_options *opts);
 
