@@ -25,8 +25,8 @@
 
 typedef struct iof__debug_shard {
   atomic_int lock;
-  bool owned;      /* a live thread launches into it (shards_lock) */
-  iof_chain *head; /* newest first */
+  atomic_bool owned; /* a live thread launches into it */
+  iof_chain *head;   /* newest first */
   unsigned long next_id, id_end;
   struct iof__debug_shard *next; /* all shards, never freed */
   iof_chain *walk;               /* the walk's cursor (all locks held) */
@@ -37,7 +37,7 @@ typedef struct iof__debug_shard {
 IOF_HIDDEN iof__debug_shard *iof__debug_shards;
 IOF_HIDDEN _Thread_local bool iof__debug_walking;
 
-static atomic_int shards_lock;        /* the list and `owned` */
+static atomic_int shards_lock;        /* the list */
 static atomic_ulong id_blocks;        /* next block of ids, from 0 */
 static iof__debug_shard shared_shard; /* when no shard could be made */
 static _Thread_local iof__debug_shard *my_shard;
@@ -54,12 +54,13 @@ static void spin_unlock(atomic_int *l) {
   atomic_store_explicit(l, 0, memory_order_release);
 }
 
-/* At thread exit: the shard is free for the next thread. */
+/* At thread exit: the shard is free for the next thread. No lock: a walk
+ * holds the list's lock while it calls the user's function, which may
+ * wait for this thread to end. */
 static void shard_release(void *p) {
   iof__debug_shard *sh = p;
-  spin_lock(&shards_lock);
-  sh->owned = false;
-  spin_unlock(&shards_lock);
+  my_shard = NULL;
+  atomic_store_explicit(&sh->owned, false, memory_order_release);
 }
 
 static void make_shard_key(void) {
@@ -73,13 +74,15 @@ static __attribute__((noinline)) iof__debug_shard *take_shard(void) {
   iof__debug_shard *sh = NULL;
   if (shard_key_ok) {
     spin_lock(&shards_lock);
-    for (sh = iof__debug_shards; sh && sh->owned; sh = sh->next) {
+    for (sh = iof__debug_shards; sh; sh = sh->next) {
+      bool free_one = false;
+      if (atomic_compare_exchange_strong(&sh->owned, &free_one, true)) break;
     }
     if (!sh && (sh = calloc(1, sizeof *sh)) != NULL) {
+      atomic_init(&sh->owned, true);
       sh->next = iof__debug_shards;
       iof__debug_shards = sh;
     }
-    if (sh) sh->owned = true;
     spin_unlock(&shards_lock);
     if (sh && pthread_setspecific(shard_key, sh) != 0) {
       shard_release(sh);
@@ -88,8 +91,8 @@ static __attribute__((noinline)) iof__debug_shard *take_shard(void) {
   }
   if (!sh) {
     spin_lock(&shards_lock);
-    if (!shared_shard.owned) { /* listed once, owned by every thread */
-      shared_shard.owned = true;
+    if (!atomic_load(&shared_shard.owned)) { /* listed once, for all */
+      atomic_store(&shared_shard.owned, true);
       shared_shard.next = iof__debug_shards;
       iof__debug_shards = &shared_shard;
     }

@@ -274,8 +274,9 @@ static void *launcher_main(void *arg) {
 typedef struct by_thread {
   int n;
   unsigned long last_id[THREADS];
-  int next[THREADS]; /* the next index expected from each thread (the
-                       even ones stay on its io_context) */
+  int next[THREADS];      /* the next index expected from each thread (the
+                            even ones stay on its io_context) */
+  unsigned long last_any; /* the id seen before, any thread's */
   bool ordered;
   unsigned long ids[THREADS * PER_THREAD];
 } by_thread;
@@ -287,6 +288,8 @@ static int check_order(const iof_fiber_info *i, void *arg) {
     return 0; /* not one of ours */
   if (k != b->next[t] || (b->next[t] && i->id <= b->last_id[t]))
     b->ordered = false;
+  if (b->n && i->id <= b->last_any) b->ordered = false; /* merged by id */
+  b->last_any = i->id;
   b->next[t] = k + 2;
   b->last_id[t] = i->id;
   if (b->n < THREADS * PER_THREAD) b->ids[b->n] = i->id;
