@@ -17,14 +17,13 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #define ID_BLOCK 64
 
 typedef struct iof__debug_shard {
-  atomic_int lock;
+  atomic_flag lock;
   atomic_bool owned; /* a live thread launches into it */
   iof_chain *head;   /* newest first */
   unsigned long next_id, id_end;
@@ -37,22 +36,14 @@ typedef struct iof__debug_shard {
 IOF_HIDDEN iof__debug_shard *iof__debug_shards;
 IOF_HIDDEN _Thread_local bool iof__debug_walking;
 
-static atomic_int shards_lock;        /* the list */
-static atomic_ulong id_blocks;        /* next block of ids, from 0 */
-static iof__debug_shard shared_shard; /* when no shard could be made */
+static atomic_flag shards_lock = ATOMIC_FLAG_INIT; /* the list */
+static atomic_ulong id_blocks;          /* next block of ids, from 0 */
+static iof__debug_shard shared_shard = {/* when no shard could be made */
+                                        .lock = ATOMIC_FLAG_INIT};
 static _Thread_local iof__debug_shard *my_shard;
 static pthread_key_t shard_key;
 static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
 static bool shard_key_ok;
-
-static void spin_lock(atomic_int *l) {
-  while (atomic_exchange_explicit(l, 1, memory_order_acquire))
-    while (atomic_load_explicit(l, memory_order_relaxed)) sched_yield();
-}
-
-static void spin_unlock(atomic_int *l) {
-  atomic_store_explicit(l, 0, memory_order_release);
-}
 
 /* At thread exit: the shard is free for the next thread. No lock: a walk
  * holds the list's lock while it calls the user's function, which may
@@ -73,30 +64,31 @@ static __attribute__((noinline)) iof__debug_shard *take_shard(void) {
   pthread_once(&shard_once, make_shard_key);
   iof__debug_shard *sh = NULL;
   if (shard_key_ok) {
-    spin_lock(&shards_lock);
+    iof__spin_lock(&shards_lock);
     for (sh = iof__debug_shards; sh; sh = sh->next) {
       bool free_one = false;
       if (atomic_compare_exchange_strong(&sh->owned, &free_one, true)) break;
     }
     if (!sh && (sh = calloc(1, sizeof *sh)) != NULL) {
+      atomic_flag_clear(&sh->lock);
       atomic_init(&sh->owned, true);
       sh->next = iof__debug_shards;
       iof__debug_shards = sh;
     }
-    spin_unlock(&shards_lock);
+    iof__spin_unlock(&shards_lock);
     if (sh && pthread_setspecific(shard_key, sh) != 0) {
       shard_release(sh);
       sh = NULL;
     }
   }
   if (!sh) {
-    spin_lock(&shards_lock);
+    iof__spin_lock(&shards_lock);
     if (!atomic_load(&shared_shard.owned)) { /* listed once, for all */
       atomic_store(&shared_shard.owned, true);
       shared_shard.next = iof__debug_shards;
       iof__debug_shards = &shared_shard;
     }
-    spin_unlock(&shards_lock);
+    iof__spin_unlock(&shards_lock);
     sh = &shared_shard;
   }
   return my_shard = sh;
@@ -104,7 +96,7 @@ static __attribute__((noinline)) iof__debug_shard *take_shard(void) {
 
 void iof__debug_register(iof_chain *c) {
   iof__debug_shard *sh = my_shard ? my_shard : take_shard();
-  spin_lock(&sh->lock);
+  iof__spin_lock(&sh->lock);
   if (sh->next_id == sh->id_end) {
     unsigned long b =
         atomic_fetch_add_explicit(&id_blocks, 1, memory_order_relaxed);
@@ -117,18 +109,18 @@ void iof__debug_register(iof_chain *c) {
   c->dbg_next = sh->head;
   if (sh->head) sh->head->dbg_prev = c;
   sh->head = c;
-  spin_unlock(&sh->lock);
+  iof__spin_unlock(&sh->lock);
 }
 
 void iof__debug_unregister(iof_chain *c) {
   iof__debug_shard *sh = c->dbg_shard;
-  spin_lock(&sh->lock);
+  iof__spin_lock(&sh->lock);
   if (c->dbg_prev)
     c->dbg_prev->dbg_next = c->dbg_next;
   else
     sh->head = c->dbg_next;
   if (c->dbg_next) c->dbg_next->dbg_prev = c->dbg_prev;
-  spin_unlock(&sh->lock);
+  iof__spin_unlock(&sh->lock);
 }
 
 /* ---- labels ------------------------------------------------------------ */
@@ -209,9 +201,9 @@ static iof_chain *next_oldest(void) {
 int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg) {
   if (!fn) return -EINVAL;
   if (iof__debug_walking) return -EDEADLK; /* the locks are held: spin */
-  spin_lock(&shards_lock);
+  iof__spin_lock(&shards_lock);
   for (iof__debug_shard *sh = iof__debug_shards; sh; sh = sh->next) {
-    spin_lock(&sh->lock);
+    iof__spin_lock(&sh->lock);
     iof_chain *c = sh->head;
     while (c && c->dbg_next) c = c->dbg_next;
     sh->walk = c;
@@ -226,8 +218,8 @@ int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg) {
   }
   iof__debug_walking = false;
   for (iof__debug_shard *sh = iof__debug_shards; sh; sh = sh->next)
-    spin_unlock(&sh->lock);
-  spin_unlock(&shards_lock);
+    iof__spin_unlock(&sh->lock);
+  iof__spin_unlock(&shards_lock);
   return n;
 }
 

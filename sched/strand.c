@@ -6,7 +6,6 @@
 #include "sched/sched_internal.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 
 static const iof_executor_vtbl strand_vtbl;
@@ -28,18 +27,27 @@ struct iof_strand {
 };
 
 static void lock(iof_strand *s) {
-  for (int spins = 0;
-       atomic_flag_test_and_set_explicit(&s->lock, memory_order_acquire);)
-    if (++spins > 64) sched_yield(); /* the holder may be preempted */
+  iof__spin_lock(&s->lock);
 }
 
 static void unlock(iof_strand *s) {
-  atomic_flag_clear_explicit(&s->lock, memory_order_release);
+  iof__spin_unlock(&s->lock);
 }
 
 /* Call under the lock after every change of q. */
 static void queue_changed(iof_strand *s) {
   atomic_store_explicit(&s->waiting, s->q.head != NULL, memory_order_release);
+}
+
+/* The next fiber in line, which now holds the strand; NULL: the strand
+ * goes idle. */
+static iof_fiber *next_or_idle(iof_strand *s) {
+  lock(s);
+  iof_fiber *next = iof__q_pop(&s->q);
+  if (!next) s->busy = false;
+  queue_changed(s);
+  unlock(s);
+  return next;
 }
 
 /* Hands the strand (already marked busy) to h on the inner executor. A
@@ -52,11 +60,7 @@ static int hand_over(iof_strand *s, iof_fiber *h) {
     if (r >= 0) return 0;
     h->strand = NULL;
     if (!iof__chain_cancel(h)) return r;
-    lock(s);
-    h = iof__q_pop(&s->q);
-    if (!h) s->busy = false;
-    queue_changed(s);
-    unlock(s);
+    h = next_or_idle(s);
     if (!h) return 0;
   }
 }
@@ -104,11 +108,7 @@ static int strand_dispatch(const void *ex, iof_fiber *h) {
 void iof__strand_release(iof_fiber *f) {
   iof_strand *s = f->strand;
   f->strand = NULL;
-  lock(s);
-  iof_fiber *next = iof__q_pop(&s->q);
-  if (!next) s->busy = false;
-  queue_changed(s);
-  unlock(s);
+  iof_fiber *next = next_or_idle(s);
   if (next) hand_over(s, next);
 }
 
@@ -132,11 +132,7 @@ iof_fiber *iof__strand_yield(iof_fiber *h, int *err) {
   if (r < 0 && !next) {
     /* The inner executor refused h: it goes on at once, without the
      * strand, as a refused yield does. */
-    lock(s);
-    iof_fiber *n2 = iof__q_pop(&s->q);
-    if (!n2) s->busy = false;
-    queue_changed(s);
-    unlock(s);
+    iof_fiber *n2 = next_or_idle(s);
     if (n2) hand_over(s, n2);
     *err = r;
     return h;

@@ -5,7 +5,6 @@
 #include "sched/sync_internal.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -116,13 +115,11 @@ typedef struct sync_service {
 } sync_service;
 
 static void svc_lock(sync_service *s) {
-  for (int spins = 0;
-       atomic_flag_test_and_set_explicit(&s->lock, memory_order_acquire);)
-    if (++spins > 64) sched_yield(); /* the holder is walking a shutdown */
+  iof__spin_lock(&s->lock);
 }
 
 static void svc_unlock(sync_service *s) {
-  atomic_flag_clear_explicit(&s->lock, memory_order_release);
+  iof__spin_unlock(&s->lock);
 }
 
 static iof_service *svc_create(iof_execution_context *ctx) {
