@@ -253,6 +253,14 @@ static stack_node *detach_idle(iof_stack_pool *p) {
   return tail;
 }
 
+static void unmap_chain(iof_stack_pool *p, stack_node *chain) {
+  while (chain) {
+    stack_node *s = chain;
+    chain = s->next;
+    unmap_stack(p, base_of(s, p->stack_size));
+  }
+}
+
 /* Puts released stacks under the rest of the depot: they are taken last,
  * and count as idle from the start. What no longer fits is unmapped. */
 static void depot_return(iof_stack_pool *p, stack_node *chain) {
@@ -275,11 +283,7 @@ static void depot_return(iof_stack_pool *p, stack_node *chain) {
     }
   }
   pthread_mutex_unlock(&p->lock);
-  while (spill) {
-    stack_node *s = spill;
-    spill = s->next;
-    unmap_stack(p, base_of(s, p->stack_size));
-  }
+  unmap_chain(p, spill);
 }
 
 /* Puts a chain of stacks in the depot, unmapping what exceeds its cap;
@@ -307,11 +311,7 @@ static void depot_put(iof_stack_pool *p, stack_node *chain, bool release) {
   }
   stack_node *idle = detach_idle(p);
   pthread_mutex_unlock(&p->lock);
-  while (spill) {
-    stack_node *s = spill;
-    spill = s->next;
-    unmap_stack(p, base_of(s, p->stack_size));
-  }
+  unmap_chain(p, spill);
   if (idle) {
     for (stack_node *s = idle; s; s = s->next) release_stack(p, s);
     depot_return(p, idle);

@@ -467,8 +467,9 @@ ssize_t iof_read_some(iof_socket *s, void *buf, size_t len) {
     if (r < 0) return r;
     if (s->closed) return -EBADF;
     ssize_t n = read(s->fd, buf, len);
-    if (n >= 0) { /* read_done of a read that was not speculative */
-      s->read_first = s->speculative = (size_t)n == len && !s->spec_missed;
+    if (n >= 0) {
+      s->speculative = false; /* it waited first */
+      read_done(s, (size_t)n == len);
       return n;
     }
     int e = errno;
