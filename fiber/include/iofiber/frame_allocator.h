@@ -108,7 +108,8 @@ struct iof_stack_pool_stats {
  * the depot unused for 100 ms give their pages back to the OS at its next
  * use, and a thread's cache gives them back when the thread exits. opts
  * may be NULL. Requests larger than the pool's stack size are mapped and
- * unmapped directly (still counted). Returns NULL with errno EINVAL (absurd sizes) or ENOMEM. */
+ * unmapped directly (still counted). Returns NULL with errno EINVAL (absurd
+ * sizes) or ENOMEM. */
 IOF_API iof_stack_pool *
 iof_stack_pool_create(const iof_stack_pool_options *opts);
 
