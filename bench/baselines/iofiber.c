@@ -1,7 +1,7 @@
 /* iof-bench-iofiber: the iofiber server under test, written as a user
  * would: one io_context, an acceptor fiber, one fiber per connection
- * looping iof_read_some / iof_write on a --buf sized buffer. Stacks come
- * from the default pool (64 KiB, guard page). */
+ * looping iof_read_some / iof_write on a --buf sized buffer in its frame
+ * (peer.h). Stacks come from the default pool (64 KiB, guard page). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +15,9 @@ static peer_opts opts;
 static iof_io_context *io;
 static char http_block[64 * PEER_HTTP_RESPONSE_LEN];
 
-static int connection(void *arg) {
-  iof_socket *sock = arg;
-  char *buf = malloc(opts.buf);
+static void serve(iof_socket *sock, char *buf) {
   unsigned hstate = 0;
-  while (buf) {
+  for (;;) {
     ssize_t n = iof_read_some(sock, buf, opts.buf);
     if (n <= 0) break;
     int r;
@@ -32,7 +30,18 @@ static int connection(void *arg) {
     }
     if (r < 0) break;
   }
-  free(buf);
+}
+
+static int connection(void *arg) {
+  iof_socket *sock = arg;
+  if (peer_buf_on_stack(&opts)) {
+    char buf[opts.buf];
+    serve(sock, buf);
+  } else {
+    char *buf = malloc(opts.buf);
+    if (buf) serve(sock, buf);
+    free(buf);
+  }
   iof_socket_free(sock);
   return 0;
 }

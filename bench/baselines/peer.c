@@ -19,7 +19,8 @@ static void on_term(int sig) {
 
 static void usage(const char *name) {
   fprintf(stderr,
-          "usage: %s [--http] [--buf BYTES] [--port N] [--stack BYTES]\n",
+          "usage: %s [--http] [--buf BYTES] [--heap-buf] [--port N] "
+          "[--stack BYTES]\n",
           name);
   exit(2);
 }
@@ -40,6 +41,8 @@ void peer_init(int argc, char **argv, const char *name, peer_opts *o) {
       o->http = true;
     else if (strcmp(argv[i], "--buf") == 0 && i + 1 < argc)
       o->buf = (size_t)num(argv[++i], name);
+    else if (strcmp(argv[i], "--heap-buf") == 0)
+      o->heap_buf = true;
     else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
       o->port = (int)num(argv[++i], name);
     else if (strcmp(argv[i], "--stack") == 0 && i + 1 < argc)

@@ -4,11 +4,18 @@
  * own process so that iof-bench can read their CPU time and system calls
  * from /proc without counting its own load generator.
  *
- *   iof-bench-PEER [--http] [--buf BYTES] [--port N]
+ *   iof-bench-PEER [--http] [--buf BYTES] [--heap-buf] [--port N]
+ *                  [--stack BYTES]
  *
  * prints "port N" on stdout once it accepts connections, then serves until
  * SIGTERM (exit status 0). --http answers each HTTP/1.1 request (keep-alive)
- * with PEER_HTTP_RESPONSE; otherwise bytes are echoed back. */
+ * with PEER_HTTP_RESPONSE; otherwise bytes are echoed back.
+ *
+ * Where the read buffer lives: the blocking-style servers (iofiber, st,
+ * threads) keep it in the connection's stack frame, as code in that style
+ * does, unless --heap-buf (or a buffer above PEER_STACK_BUF_MAX) makes them
+ * malloc it per connection; the callback servers (libev, libuv) have no
+ * frame that outlives a callback and always malloc it. */
 #ifndef IOF_BENCH_PEER_H
 #define IOF_BENCH_PEER_H
 
@@ -17,10 +24,20 @@
 
 typedef struct peer_opts {
   bool http;
-  size_t buf;   /* read buffer per connection; default 4096 */
-  int port;     /* 0: any free port */
-  size_t stack; /* stack per connection (threads, st); default 64 KiB */
+  size_t buf;    /* read buffer per connection; default 4096 */
+  int port;      /* 0: any free port */
+  size_t stack;  /* stack per connection (threads, st); default 64 KiB */
+  bool heap_buf; /* malloc the buffer even in blocking-style servers */
 } peer_opts;
+
+/* The largest buffer a blocking-style server keeps on its stack (64 KiB
+ * stacks by default): larger ones are malloc'ed. */
+#define PEER_STACK_BUF_MAX 16384
+
+/* Whether a blocking-style server keeps its buffer on the stack. */
+static inline bool peer_buf_on_stack(const peer_opts *o) {
+  return !o->heap_buf && o->buf <= PEER_STACK_BUF_MAX;
+}
 
 /* Parses argv; on a usage error prints it and exits with status 2. Also
  * raises RLIMIT_NOFILE to its hard limit and makes SIGTERM exit(0). */
