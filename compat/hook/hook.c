@@ -102,7 +102,7 @@
     (clockid_t c, int fl, const struct timespec *r, struct timespec *m),       \
     (c, fl, r, m))                                                             \
   X(FD, int, close, (int fd), (fd))                                            \
-  X(FD, int, dup, (int fd), (fd))                                              \
+  X(DUP1, int, dup, (int fd), (fd))                                            \
   X(DUP, int, dup2, (int a, int b), (a, b))                                    \
   X(DUP, int, dup3, (int a, int b, int fl), (a, b, fl))                        \
   X(FD, int, setsockopt, (int fd, int lv, int nm, const void *v, socklen_t l), \
@@ -242,6 +242,7 @@ static const char *const names[H_COUNT] = {
 #define WEAK_OBJ WEAK_IO
 #define WEAK_FD WEAK_IO
 #define WEAK_DUP WEAK_IO
+#define WEAK_DUP1 WEAK_IO
 #define WEAK_TID WEAK_IO
 #define WEAK_CNT(ret, name, params)
 HOOK_CALLS(WEAK)
@@ -345,6 +346,16 @@ static void *real_sym(int call) {
     return REAL(name) args;                                                    \
   }
 
+/* In a child forked from a fiber, an fd copied onto a standard stream
+ * (dup2, dup3, or a close then dup or F_DUPFD, as GNU tar does) goes back
+ * to blocking mode for the program the child execs (see fork). */
+static void restore_fd(int fd, int view_fd);
+static void restore_std_copy(int copy, int from) {
+  if (stepped_aside && copy >= 0 && copy <= 2 && iof_compat_fcntl &&
+      runtime_ready)
+    restore_fd(copy, from);
+}
+
 /* FD: fd bookkeeping (a new fd's record, close/dup waking waiters, the
  * user's O_NONBLOCK and timeouts) must see every caller, fiber or not, or a
  * reused fd number would meet a stale record. Plain only before the
@@ -359,10 +370,20 @@ static void *real_sym(int call) {
     return REAL(name) args;                                                    \
   }
 
-/* DUP: dup2/dup3 (parameters a, b) as FD; in a child forked from a fiber,
- * an fd dup'ed onto a standard stream goes back to blocking mode for the
- * program the child execs (see fork). */
-static void restore_fd(int fd, int view_fd);
+/* DUP1: dup (parameter fd) as FD. */
+#define DEF_DUP1(ret, name, params, args)                                      \
+  IOF_HOOK_API ret name params {                                               \
+    if (fd_bookkeeping_of(name)) {                                             \
+      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    ret r_ = REAL(name) args;                                                  \
+    restore_std_copy(r_, fd);                                                  \
+    return r_;                                                                 \
+  }
+
+/* DUP: dup2/dup3 (parameters a, b) as FD. */
 #define DEF_DUP(ret, name, params, args)                                       \
   IOF_HOOK_API ret name params {                                               \
     if (fd_bookkeeping_of(name)) {                                             \
@@ -371,9 +392,7 @@ static void restore_fd(int fd, int view_fd);
     }                                                                          \
     count(H_##name, C_PLAIN);                                                  \
     ret r_ = REAL(name) args;                                                  \
-    if (stepped_aside && r_ >= 0 && b >= 0 && b <= 2 && iof_compat_fcntl &&    \
-        runtime_ready)                                                         \
-      restore_fd(b, a);                                                        \
+    if (r_ >= 0) restore_std_copy(b, a);                                       \
     return r_;                                                                 \
   }
 
@@ -414,7 +433,9 @@ IOF_HOOK_API int fcntl(int fd, int cmd, ...) {
     return iof_compat_fcntl(fd, cmd, arg);
   }
   count(H_fcntl, C_PLAIN);
-  return REAL(fcntl)(fd, cmd, arg);
+  int r = REAL(fcntl)(fd, cmd, arg);
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) restore_std_copy(r, fd);
+  return r;
 }
 
 /* With _FILE_OFFSET_BITS=64, glibc's headers call fcntl64. */

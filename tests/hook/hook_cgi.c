@@ -1,6 +1,7 @@
 /* The CGI pattern of forking servers (tinyhttpd...), run under
  * iofiber-run: a thread per connection that forks a child, which dup2s two
- * pipes onto its stdin/stdout and execs /bin/sh; the parent writes the
+ * pipes onto its stdin/stdout (dup2, or close and dup or F_DUPFD) and
+ * execs /bin/sh; the parent writes the
  * request to the child and relays its answer. Clients are threads of the
  * same process, so every thread here is a fiber on one OS thread.
  *
@@ -10,6 +11,7 @@
  * close-on-exec) stay non-blocking for its fibers: a blocking accept would
  * stop every fiber of the process. Exit 0: every reply right. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,6 +29,7 @@
 static int listener;
 static int port;
 static atomic_int ok_count;
+static atomic_int forks;
 
 static ssize_t read_all(int fd, char *buf, size_t cap) {
   size_t n = 0;
@@ -50,10 +53,20 @@ static void *serve(void *arg) {
     close(c);
     return NULL;
   }
+  /* The child moves its pipes onto stdin/stdout in one of the three ways
+   * programs do: dup2, close + dup (GNU tar), close + F_DUPFD. */
+  int how = atomic_fetch_add(&forks, 1) % 3;
   pid_t pid = fork();
   if (pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
+    if (how == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+    } else {
+      close(0);
+      if ((how == 1 ? dup(in[0]) : fcntl(in[0], F_DUPFD, 0)) != 0) _exit(126);
+      close(1);
+      if ((how == 1 ? dup(out[1]) : fcntl(out[1], F_DUPFD, 1)) != 1) _exit(126);
+    }
     close(in[0]), close(in[1]), close(out[0]), close(out[1]), close(c);
     execl("/bin/sh", "sh", "-c", "read x; echo \"got $x\"", (char *)NULL);
     _exit(127);
