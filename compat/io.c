@@ -352,6 +352,17 @@ int iof_compat_close(int fd) {
   return iof__libc.close(fd);
 }
 
+FILE *iof_compat_fdopen(int fd, const char *mode) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  unsigned st = s ? atomic_load(&s->flags) : 0;
+  if (st & IOF__FD_RT_NB) {
+    int fl = iof__libc.fcntl(fd, F_GETFL);
+    if (fl >= 0 && iof__libc.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+      atomic_store(&s->flags, (st & ~(unsigned)IOF__FD_RT_NB) | IOF__FD_PASS);
+  }
+  return iof__libc.fdopen(fd, mode);
+}
+
 int iof_compat_dup(int fd) {
   int r = iof__libc.dup(fd);
   if (r >= 0) inherit(fd, r);

@@ -19,6 +19,7 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -65,6 +66,7 @@
   X(int, clock_nanosleep,                                                      \
     (clockid_t, int, const struct timespec *, struct timespec *))              \
   X(int, close, (int))                                                         \
+  X(FILE *, fdopen, (int, const char *))                                       \
   X(int, dup, (int))                                                           \
   X(int, dup2, (int, int))                                                     \
   X(int, dup3, (int, int, int))                                                \

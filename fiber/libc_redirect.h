@@ -49,6 +49,7 @@
 #define nanosleep(...) iof__libc.nanosleep(__VA_ARGS__)
 #define clock_nanosleep(...) iof__libc.clock_nanosleep(__VA_ARGS__)
 #define close(...) iof__libc.close(__VA_ARGS__)
+#define fdopen(...) iof__libc.fdopen(__VA_ARGS__)
 #define dup(...) iof__libc.dup(__VA_ARGS__)
 #define dup2(...) iof__libc.dup2(__VA_ARGS__)
 #define dup3(...) iof__libc.dup3(__VA_ARGS__)

@@ -89,6 +89,11 @@ static void take_fd_reserve(void) {
   pthread_mutex_lock(&fd_lock);
   int fds[2];
   if (atomic_load(&fd_reserve[0]) < 0 && pipe2(fds, O_CLOEXEC) == 0) {
+    /* Listed where they are: a descriptor freed for libev must be under
+     * the open-file limit, which may drop later. A program that wants the
+     * number gets it (iof__rt_fd_release). */
+    iof__rt_fd_list(fds[0]);
+    iof__rt_fd_list(fds[1]);
     atomic_store(&fd_reserve[1], fds[1]);
     atomic_store(&fd_reserve[0], fds[0]);
   }
@@ -100,9 +105,19 @@ static bool release_fd_reserve(void) {
   int a = atomic_exchange(&fd_reserve[0], -1);
   int b = atomic_exchange(&fd_reserve[1], -1);
   pthread_mutex_unlock(&fd_lock);
+  iof__rt_fd_forget(a);
+  iof__rt_fd_forget(b);
   if (a >= 0) close(a);
   if (b >= 0) close(b);
   return a >= 0 || b >= 0;
+}
+
+bool iof__rt_fd_release(int fd) {
+  if (fd < 0 ||
+      (fd != atomic_load(&fd_reserve[0]) && fd != atomic_load(&fd_reserve[1])))
+    return false;
+  /* The next creation takes a new pair (take_fd_reserve). */
+  return release_fd_reserve();
 }
 
 static void on_syserr(const char *msg) EV_NOEXCEPT {

@@ -337,7 +337,9 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
   }
   pthread_mutex_init(&io->rlock, NULL);
   ev_async_init(&io->wake, wake_cb);
+  iof__rt_fd_enter(); /* libev may make its eventfd here */
   ev_async_start(loop, &io->wake);
+  iof__rt_fd_leave();
   int se = iof__ev_syserr_take();
   if (se) {
     /* Another thread took the probed descriptor: libev got the reserved
@@ -362,6 +364,13 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
   return io;
 }
 
+/* libev closes its own descriptors here. */
+static void destroy_loop(struct ev_loop *loop) {
+  iof__rt_fd_enter();
+  ev_loop_destroy(loop);
+  iof__rt_fd_leave();
+}
+
 iof_io_context *iof_io_context_create(void) {
   iof__ev_init();
   if (iof__ev_mem_ok() < 0) {
@@ -369,14 +378,16 @@ iof_io_context *iof_io_context_create(void) {
     return NULL;
   }
   errno = 0;
+  iof__rt_fd_enter();
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+  iof__rt_fd_leave();
   if (!loop) {
     /* epoll_create's errno survives libev's cleanup. */
     errno = errno == EMFILE || errno == ENFILE ? errno : ENOMEM;
     return NULL;
   }
   iof_io_context *io = make(loop, true);
-  if (!io) ev_loop_destroy(loop);
+  if (!io) destroy_loop(loop);
   return io;
 }
 
@@ -558,7 +569,7 @@ int iof_io_context_destroy(iof_io_context *io) {
   while (atomic_load_explicit(&io->remote_posting, memory_order_acquire))
     sched_yield();
   ev_async_stop(io->loop, &io->wake);
-  if (io->own_loop) ev_loop_destroy(io->loop);
+  if (io->own_loop) destroy_loop(io->loop);
   pthread_mutex_destroy(&io->rlock);
   free(io);
   return 0;

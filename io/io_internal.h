@@ -247,6 +247,24 @@ static inline int iof__ev_mem_ok(void) {
 IOF_HIDDEN int iof__ev_fd_probe(void);
 IOF_HIDDEN int iof__ev_syserr_take(void);
 
+/* The runtime's own descriptors (runtime_fds.c). enter/leave bracket the
+ * libev calls that make or close them, on this thread; list protects an
+ * fd where it is. The rest is for
+ * libiofiber-hook: whether a bracket is open here; adopt moves a new fd
+ * high (close-on-exec) and lists it, returning its number; owned: listed;
+ * forget: unlist; next: the lowest listed fd >= from, or -1. */
+IOF_HIDDEN void iof__rt_fd_enter(void);
+IOF_HIDDEN void iof__rt_fd_leave(void);
+IOF_HIDDEN void iof__rt_fd_list(int fd);
+IOF_API bool iof__rt_fd_scope(void);
+IOF_API int iof__rt_fd_adopt(int fd);
+IOF_API bool iof__rt_fd_owned(int fd);
+IOF_API void iof__rt_fd_forget(int fd);
+IOF_API int iof__rt_fd_next(int from);
+/* A listed fd the program may have after all (ev_guard's reserved pair:
+ * closed, to be taken again later): true once it is free. */
+IOF_API bool iof__rt_fd_release(int fd);
+
 /* Fails every fiber waiting on a socket of io with -ECANCELED: io's
  * shutdown, on io's thread (or while nobody runs io). */
 IOF_HIDDEN void iof__io_cancel_socket_waits(iof_io_context *io);

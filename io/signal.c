@@ -39,7 +39,9 @@ static int arm(iof_io_op *op) {
   pthread_mutex_unlock(&owners_lock);
   ev_signal_init(&sw->sig, on_signal, sw->signo);
   sw->sig.data = sw;
+  iof__rt_fd_enter(); /* libev may make its signalfd here */
   ev_signal_start(io->loop, &sw->sig);
+  iof__rt_fd_leave();
   return 0;
 }
 

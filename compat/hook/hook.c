@@ -40,7 +40,12 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <iofiber/compat_io.h>
 #include <iofiber/compat_thread.h>
@@ -101,8 +106,9 @@
   X(IO, int, clock_nanosleep,                                                  \
     (clockid_t c, int fl, const struct timespec *r, struct timespec *m),       \
     (c, fl, r, m))                                                             \
-  X(FD, int, close, (int fd), (fd))                                            \
+  X(CLOSE, int, close, (int fd), (fd))                                         \
   X(DUP1, int, dup, (int fd), (fd))                                            \
+  X(FD, FILE *, fdopen, (int fd, const char *m), (fd, m))                      \
   X(DUP, int, dup2, (int a, int b), (a, b))                                    \
   X(DUP, int, dup3, (int a, int b, int fl), (a, b, fl))                        \
   X(FD, int, setsockopt, (int fd, int lv, int nm, const void *v, socklen_t l), \
@@ -217,7 +223,14 @@
   Y(posix_spawn)                                                               \
   Y(posix_spawnp)                                                              \
   Y(sigaction)                                                                 \
-  Y(signal)
+  Y(signal)                                                                    \
+  Y(epoll_create)                                                              \
+  Y(epoll_create1)                                                             \
+  Y(eventfd)                                                                   \
+  Y(signalfd)                                                                  \
+  Y(timerfd_create)                                                            \
+  Y(closefrom)                                                                 \
+  Y(close_range)
 
 enum {
 #define IDX(kind, ret, name, params, args) H_##name,
@@ -243,6 +256,7 @@ static const char *const names[H_COUNT] = {
 #define WEAK_FD WEAK_IO
 #define WEAK_DUP WEAK_IO
 #define WEAK_DUP1 WEAK_IO
+#define WEAK_CLOSE WEAK_IO
 #define WEAK_TID WEAK_IO
 #define WEAK_CNT(ret, name, params)
 HOOK_CALLS(WEAK)
@@ -383,9 +397,41 @@ static void restore_std_copy(int copy, int from) {
     return r_;                                                                 \
   }
 
+/* The runtime's own descriptors (libev's, listed by libiofiber) are not
+ * the program's to close or replace: as if not open. */
+bool iof__rt_fd_scope(void);
+int iof__rt_fd_adopt(int fd);
+bool iof__rt_fd_owned(int fd);
+void iof__rt_fd_forget(int fd);
+int iof__rt_fd_next(int from);
+bool iof__rt_fd_release(int fd);
+
+/* CLOSE: close as FD; libev's close of its own fd (in the runtime's
+ * bracket) unlists it. */
+#define DEF_CLOSE(ret, name, params, args)                                     \
+  IOF_HOOK_API ret name params {                                               \
+    if (iof__rt_fd_owned(fd)) {                                                \
+      if (!iof__rt_fd_scope()) {                                               \
+        errno = EBADF;                                                         \
+        return -1;                                                             \
+      }                                                                        \
+      iof__rt_fd_forget(fd);                                                   \
+    }                                                                          \
+    if (fd_bookkeeping_of(name)) {                                             \
+      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    return REAL(name) args;                                                    \
+  }
+
 /* DUP: dup2/dup3 (parameters a, b) as FD. */
 #define DEF_DUP(ret, name, params, args)                                       \
   IOF_HOOK_API ret name params {                                               \
+    if (iof__rt_fd_owned(b) && !iof__rt_fd_release(b)) {                       \
+      errno = EBADF;                                                           \
+      return -1;                                                               \
+    }                                                                          \
     if (fd_bookkeeping_of(name)) {                                             \
       count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
       return iof_compat_##name args;                                           \
@@ -562,6 +608,77 @@ static void restore_fd(int fd, int view_fd) {
   if (k < 0 || !(k & O_NONBLOCK)) return;
   int u = iof_compat_fcntl(view_fd, F_GETFL);
   if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
+}
+
+/* ---- descriptors libev makes --------------------------------------------
+ * Inside the runtime's bracket (a loop being made, a signal watched) the
+ * new fd goes high and is listed; elsewhere these are libc's. */
+
+IOF_HOOK_API int epoll_create(int size) {
+  count(H_epoll_create, C_PLAIN);
+  int fd = REAL(epoll_create)(size);
+  return iof__rt_fd_scope() ? iof__rt_fd_adopt(fd) : fd;
+}
+
+IOF_HOOK_API int epoll_create1(int flags) {
+  count(H_epoll_create1, C_PLAIN);
+  int fd = REAL(epoll_create1)(flags);
+  return iof__rt_fd_scope() ? iof__rt_fd_adopt(fd) : fd;
+}
+
+IOF_HOOK_API int eventfd(unsigned int initval, int flags) {
+  count(H_eventfd, C_PLAIN);
+  int fd = REAL(eventfd)(initval, flags);
+  return iof__rt_fd_scope() ? iof__rt_fd_adopt(fd) : fd;
+}
+
+IOF_HOOK_API int signalfd(int fd, const sigset_t *mask, int flags) {
+  count(H_signalfd, C_PLAIN);
+  int r = REAL(signalfd)(fd, mask, flags);
+  return fd == -1 && iof__rt_fd_scope() ? iof__rt_fd_adopt(r) : r;
+}
+
+IOF_HOOK_API int timerfd_create(int clockid, int flags) {
+  count(H_timerfd_create, C_PLAIN);
+  int fd = REAL(timerfd_create)(clockid, flags);
+  return iof__rt_fd_scope() ? iof__rt_fd_adopt(fd) : fd;
+}
+
+/* close_range over [first, last] minus the runtime's fds: one call per
+ * stretch between them. A kernel without close_range (ENOSYS) gets a
+ * close per open fd, as glibc's closefrom would. */
+static int close_stretches(unsigned first, unsigned last, int flags) {
+  unsigned lo = first;
+  for (;;) {
+    int rt = lo > (unsigned)INT32_MAX ? -1 : iof__rt_fd_next((int)lo);
+    unsigned hi = rt < 0 || (unsigned)rt > last ? last : (unsigned)rt - 1;
+    if (rt < 0 || (unsigned)rt != lo) {
+      if (REAL(close_range)(lo, hi, flags) != 0) {
+        if (errno != ENOSYS) return -1;
+        long max = sysconf(_SC_OPEN_MAX);
+        unsigned cap = max > 0 && max < INT32_MAX ? (unsigned)max : 1u << 20;
+        for (unsigned f = lo; f <= hi && f < cap; f++) REAL(close)((int)f);
+      }
+    }
+    if (rt < 0 || (unsigned)rt >= last) return 0;
+    lo = (unsigned)rt + 1;
+  }
+}
+
+IOF_HOOK_API int close_range(unsigned first, unsigned last, int flags) {
+  count(H_close_range, C_PLAIN);
+  if (first > last) {
+    errno = EINVAL;
+    return -1;
+  }
+  return close_stretches(first, last, flags);
+}
+
+IOF_HOOK_API void closefrom(int lowfd) {
+  count(H_closefrom, C_PLAIN);
+  int e = errno;
+  (void)close_stretches(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U, 0);
+  errno = e;
 }
 
 IOF_HOOK_API pid_t fork(void) {

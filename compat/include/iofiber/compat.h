@@ -78,6 +78,7 @@
 #define dup3 iof_compat_dup3
 #define fcntl iof_compat_fcntl
 #define ioctl iof_compat_ioctl
+#define fdopen iof_compat_fdopen
 #define setsockopt iof_compat_setsockopt
 #define getsockopt iof_compat_getsockopt
 #define shutdown iof_compat_shutdown

@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -135,6 +136,12 @@ IOF_API int iof_compat_dup2(int fd, int fd2);
 IOF_API int iof_compat_dup3(int fd, int fd2, int flags);
 IOF_API int iof_compat_fcntl(int fd, int cmd, ...);
 IOF_API int iof_compat_ioctl(int fd, unsigned long req, ...);
+
+/* fdopen(3): stdio reads and writes through libc's internals, which no
+ * fiber layer sees, so an fd the runtime made non-blocking goes back to
+ * blocking mode (as the program made it) and its later waits block the
+ * thread; then the plain call. NULL and errno as fdopen. */
+IOF_API FILE *iof_compat_fdopen(int fd, const char *mode);
 
 /* setsockopt(2), getsockopt(2), shutdown(2): passed to the kernel;
  * setsockopt also records SO_RCVTIMEO / SO_SNDTIMEO for fiber waits (a
