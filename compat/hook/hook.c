@@ -43,6 +43,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -230,7 +231,15 @@
   Y(signalfd)                                                                  \
   Y(timerfd_create)                                                            \
   Y(closefrom)                                                                 \
-  Y(close_range)
+  Y(close_range)                                                               \
+  Y(execve)                                                                    \
+  Y(execv)                                                                     \
+  Y(execvp)                                                                    \
+  Y(execvpe)                                                                   \
+  Y(fexecve)                                                                   \
+  Y(execl)                                                                     \
+  Y(execlp)                                                                    \
+  Y(execle)
 
 enum {
 #define IDX(kind, ret, name, params, args) H_##name,
@@ -578,8 +587,9 @@ IOF_HOOK_API void pthread_exit(void *r) {
  * open file description is shared with us, so a fiber of this process
  * that later waits on such an fd blocks its thread (documented).
  * inheritable_only: skip close-on-exec fds (the exec'ed program never sees
- * them; used where no code of ours runs between fork and exec). */
-static void restore_blocking(bool inheritable_only) {
+ * them; used where no code of ours runs between fork and exec).
+ * pipes_only: skip everything but pipes and FIFOs. */
+static void restore_blocking(bool inheritable_only, bool pipes_only) {
   if (!iof_compat_fcntl || !runtime_ready) return;
   DIR *d = opendir("/proc/self/fd");
   if (!d) return;
@@ -595,6 +605,8 @@ static void restore_blocking(bool inheritable_only) {
     }
     int k = REAL(fcntl)(fd, F_GETFL);
     if (k < 0 || !(k & O_NONBLOCK)) continue;
+    struct stat sb;
+    if (pipes_only && (fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode))) continue;
     int u = iof_compat_fcntl(fd, F_GETFL);
     if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
   }
@@ -703,19 +715,119 @@ IOF_HOOK_API pid_t fork(void) {
   return p;
 }
 
+/* A child forked from a fiber that execs: the new program inherits every
+ * fd without close-on-exec, and with it the runtime's non-blocking mode
+ * (fork gave back only 0-2). The pipes among them go back to blocking mode
+ * first: a pipe passed to a program (Python multiprocessing's spawn, a
+ * jobserver) is that program's to read. Sockets keep the mode: a server's
+ * listening socket inherited by a CGI is still the parent's fibers' to
+ * accept on, and a blocking one would stop them all. */
+static void before_exec(void) {
+  if (stepped_aside) restore_blocking(true, true);
+}
+
+IOF_HOOK_API int execve(const char *path, char *const argv[],
+                        char *const envp[]) {
+  count(H_execve, C_PLAIN);
+  before_exec();
+  return REAL(execve)(path, argv, envp);
+}
+
+IOF_HOOK_API int execv(const char *path, char *const argv[]) {
+  count(H_execv, C_PLAIN);
+  before_exec();
+  return REAL(execv)(path, argv);
+}
+
+IOF_HOOK_API int execvp(const char *file, char *const argv[]) {
+  count(H_execvp, C_PLAIN);
+  before_exec();
+  return REAL(execvp)(file, argv);
+}
+
+IOF_HOOK_API int execvpe(const char *file, char *const argv[],
+                         char *const envp[]) {
+  count(H_execvpe, C_PLAIN);
+  before_exec();
+  return REAL(execvpe)(file, argv, envp);
+}
+
+IOF_HOOK_API int fexecve(int fd, char *const argv[], char *const envp[]) {
+  count(H_fexecve, C_PLAIN);
+  before_exec();
+  return REAL(fexecve)(fd, argv, envp);
+}
+
+/* The list forms: the arguments up to the NULL, counted first (the call
+ * may run on a fiber's small stack: the array takes what it needs). */
+static size_t count_args(const char *arg0, va_list ap) {
+  size_t n = 1;
+  for (const char *a = arg0; a; a = va_arg(ap, const char *)) n++;
+  return n; /* with the NULL */
+}
+
+static void fill_args(const char **argv, const char *arg0, va_list ap) {
+  size_t i = 0;
+  for (const char *a = arg0; a; a = va_arg(ap, const char *)) argv[i++] = a;
+  argv[i] = NULL;
+}
+
+IOF_HOOK_API int execl(const char *path, const char *arg, ...) {
+  count(H_execl, C_PLAIN);
+  va_list ap;
+  va_start(ap, arg);
+  size_t n = count_args(arg, ap);
+  va_end(ap);
+  const char *argv[n];
+  va_start(ap, arg);
+  fill_args(argv, arg, ap);
+  va_end(ap);
+  before_exec();
+  return REAL(execve)(path, (char *const *)argv, environ);
+}
+
+IOF_HOOK_API int execlp(const char *file, const char *arg, ...) {
+  count(H_execlp, C_PLAIN);
+  va_list ap;
+  va_start(ap, arg);
+  size_t n = count_args(arg, ap);
+  va_end(ap);
+  const char *argv[n];
+  va_start(ap, arg);
+  fill_args(argv, arg, ap);
+  va_end(ap);
+  before_exec();
+  return REAL(execvp)(file, (char *const *)argv);
+}
+
+IOF_HOOK_API int execle(const char *path, const char *arg, ...) {
+  count(H_execle, C_PLAIN);
+  va_list ap;
+  va_start(ap, arg);
+  size_t n = count_args(arg, ap);
+  va_end(ap);
+  const char *argv[n];
+  va_start(ap, arg);
+  fill_args(argv, arg, ap);
+  char *const *envp = va_arg(ap, char *const *); /* after the NULL */
+  va_end(ap);
+  before_exec();
+  return REAL(execve)(path, (char *const *)argv, envp);
+}
+
 /* glibc starts these children with clone + exec and runs none of our code
  * in between: the fds are put back in blocking mode beforehand. system and
  * popen's children inherit only fds without close-on-exec; posix_spawn's
  * file actions may dup any fd into the child, so all are. */
 IOF_HOOK_API int system(const char *cmd) {
   count(H_system, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);
-  if (cmd) restore_blocking(true);
+  if (cmd) restore_blocking(true, false);
   return REAL(system)(cmd);
 }
 
 IOF_HOOK_API FILE *popen(const char *cmd, const char *mode) {
   count(H_popen, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(true);
+  restore_blocking(true, false);
   return REAL(popen)(cmd, mode);
 }
 
@@ -724,7 +836,7 @@ IOF_HOOK_API int posix_spawn(pid_t *pid, const char *path,
                              const posix_spawnattr_t *at, char *const argv[],
                              char *const envp[]) {
   count(H_posix_spawn, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(false);
+  restore_blocking(false, false);
   return REAL(posix_spawn)(pid, path, fa, at, argv, envp);
 }
 
@@ -733,7 +845,7 @@ IOF_HOOK_API int posix_spawnp(pid_t *pid, const char *file,
                               const posix_spawnattr_t *at, char *const argv[],
                               char *const envp[]) {
   count(H_posix_spawnp, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(false);
+  restore_blocking(false, false);
   return REAL(posix_spawnp)(pid, file, fa, at, argv, envp);
 }
 

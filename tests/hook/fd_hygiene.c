@@ -5,8 +5,9 @@
  * afterwards its threads still sleep, and talk over a pipe and a socket
  * pair, on fibers. Then stdio on a pipe from a child process (fdopen +
  * fgets, as sort and busybox wget do): the fd the runtime made
- * non-blocking reads as a blocking one. Exit 0: every step right; it
- * prints what failed. */
+ * non-blocking reads as a blocking one; and a pipe passed on fd 5 to a
+ * program a child execs (as Python's multiprocessing spawn does) blocks
+ * there too. Exit 0: every step right; it prints what failed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -42,6 +43,7 @@ static void *writer(void *arg) {
 }
 
 int main(void) {
+  signal(SIGPIPE, SIG_IGN); /* a failed child: EPIPE, reported */
   closefrom(3);
   if (close_range(3, ~0U, 0) != 0) return fail("close_range");
   for (int fd = 3; fd < 4096; fd++) close(fd);
@@ -103,6 +105,39 @@ int main(void) {
   if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
     return fail("child");
   if (lines != 3) return fail("stdio lines");
+
+  /* A pipe on fd 5 of an exec'ed program, written late. */
+  int pin[2], pout[2];
+  if (pipe(pin) != 0 || pipe(pout) != 0) return fail("pipe");
+  pid = fork();
+  if (pid < 0) return fail("fork");
+  if (pid == 0) {
+    dup2(pout[1], 1);
+    close(pout[0]);
+    close(pout[1]);
+    close(pin[1]);
+    if (pin[0] != 5) {
+      dup2(pin[0], 5);
+      close(pin[0]);
+    }
+    execl("/bin/sh", "sh", "-c", "exec cat <&5", (char *)NULL);
+    _exit(127);
+  }
+  close(pin[0]);
+  close(pout[1]);
+  usleep(50000); /* cat reads an empty pipe first */
+  if (write(pin[1], "abc\n", 4) != 4) return fail("write");
+  close(pin[1]);
+  char got[16];
+  size_t have = 0;
+  ssize_t r2;
+  while (have < sizeof got - 1 &&
+         (r2 = read(pout[0], got + have, sizeof got - 1 - have)) > 0)
+    have += (size_t)r2;
+  close(pout[0]);
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    return fail("cat");
+  if (have != 4 || memcmp(got, "abc\n", 4) != 0) return fail("cat's output");
   printf("fd hygiene ok (%d dup2 targets refused)\n", refused);
   return 0;
 }
