@@ -345,6 +345,56 @@ ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags) {
   return putv_all(fd, msg, flags, true);
 }
 
+int iof_compat_recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
+                        struct timespec *timeout) {
+  if (flags & MSG_DONTWAIT)
+    return iof__libc.recvmmsg(fd, vec, n, flags, timeout);
+  IOF__BLOCKING(fd, EV_READ, iof__libc.recvmmsg(fd, vec, n, flags, timeout));
+}
+
+int iof_compat_sendmmsg(int fd, struct mmsghdr *vec, unsigned int n,
+                        int flags) {
+  iof__fd_op op;
+  if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE))
+    return iof__libc.sendmmsg(fd, vec, n, flags);
+  unsigned int done = 0;
+  for (;;) {
+    int r = iof__libc.sendmmsg(fd, vec + done, n - done, flags);
+    if (r >= 0) {
+      done += (unsigned)r;
+      if (done >= n || r == 0) return (int)done;
+      continue;
+    }
+    if (!iof__fd_again(&op)) {
+      if (!done) return -1;
+      errno = op.saved_errno;
+      return (int)done;
+    }
+  }
+}
+
+ssize_t iof_compat_sendfile(int out_fd, int in_fd, off_t *offset,
+                            size_t count) {
+  iof__fd_op op;
+  if (!iof__fd_begin(&op, out_fd, EV_WRITE))
+    return iof__libc.sendfile(out_fd, in_fd, offset, count);
+  size_t done = 0;
+  for (;;) {
+    ssize_t r = iof__libc.sendfile(out_fd, in_fd, offset, count - done);
+    if (r > 0) {
+      done += (size_t)r;
+      if (done >= count) return (ssize_t)done;
+      continue;
+    }
+    if (r == 0) return (ssize_t)done; /* the end of in_fd */
+    if (!iof__fd_again(&op)) {
+      if (!done) return -1;
+      errno = op.saved_errno;
+      return (ssize_t)done;
+    }
+  }
+}
+
 /* ---- fd bookkeeping ---------------------------------------------------- */
 
 int iof_compat_close(int fd) {

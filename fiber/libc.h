@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -51,6 +52,10 @@
     (int, const void *, size_t, int, const struct sockaddr *, socklen_t))      \
   X(ssize_t, recvmsg, (int, struct msghdr *, int))                             \
   X(ssize_t, sendmsg, (int, const struct msghdr *, int))                       \
+  X(int, recvmmsg,                                                             \
+    (int, struct mmsghdr *, unsigned int, int, struct timespec *))             \
+  X(int, sendmmsg, (int, struct mmsghdr *, unsigned int, int))                 \
+  X(ssize_t, sendfile, (int, int, off_t *, size_t))                            \
   X(int, poll, (struct pollfd *, nfds_t, int))                                 \
   X(int, ppoll,                                                                \
     (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *))      \

@@ -19,6 +19,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
 
@@ -607,6 +608,103 @@ static void test_write_all(void **s) {
   iof_compat_close(b.sv[1]);
 }
 
+/* sendfile of 4 MiB into a socket whose reader starts late: the fiber
+ * waits for room until every byte went (as a blocking sendfile), while
+ * other fibers run. recvmmsg waits for the first datagram, which a
+ * sendmmsg of 3 sends later. */
+typedef struct sendfile_ctx {
+  int sv[2];
+  int file;
+  off_t off;
+  ssize_t sent;
+  size_t received;
+  int dg[2];
+  int got_msgs, sent_msgs;
+  char first[8];
+} sendfile_ctx;
+
+#define SENDFILE_BYTES (4u << 20)
+
+static int sf_sender(void *arg) {
+  sendfile_ctx *c = arg;
+  c->sent = iof_compat_sendfile(c->sv[0], c->file, &c->off, SENDFILE_BYTES);
+  iof_compat_close(c->sv[0]);
+  return 0;
+}
+
+static int sf_receiver(void *arg) {
+  sendfile_ctx *c = arg;
+  iof_sleep_for(30 * MS); /* the sender fills the socket and waits */
+  char buf[8192];
+  ssize_t n;
+  while ((n = iof_compat_read(c->sv[1], buf, sizeof buf)) > 0)
+    c->received += (size_t)n;
+  CHECK(n == 0);
+  return 0;
+}
+
+static int mm_receiver(void *arg) {
+  sendfile_ctx *c = arg;
+  char b[3][8];
+  struct iovec v[3];
+  struct mmsghdr m[3];
+  memset(m, 0, sizeof m);
+  for (int i = 0; i < 3; i++) {
+    v[i] = (struct iovec){b[i], sizeof b[i]};
+    m[i].msg_hdr.msg_iov = &v[i];
+    m[i].msg_hdr.msg_iovlen = 1;
+  }
+  c->got_msgs = iof_compat_recvmmsg(c->dg[1], m, 3, 0, NULL);
+  if (c->got_msgs > 0) memcpy(c->first, b[0], m[0].msg_len);
+  return 0;
+}
+
+static int mm_sender(void *arg) {
+  sendfile_ctx *c = arg;
+  iof_sleep_for(20 * MS); /* the receiver waits first */
+  char *words[3] = {"one", "two", "three"};
+  struct iovec v[3];
+  struct mmsghdr m[3];
+  memset(m, 0, sizeof m);
+  for (int i = 0; i < 3; i++) {
+    v[i] = (struct iovec){words[i], strlen(words[i]) + 1};
+    m[i].msg_hdr.msg_iov = &v[i];
+    m[i].msg_hdr.msg_iovlen = 1;
+  }
+  c->sent_msgs = iof_compat_sendmmsg(c->dg[0], m, 3, 0);
+  return 0;
+}
+
+static void test_sendfile_and_mmsg(void **s) {
+  (void)s;
+  sendfile_ctx c = {0};
+  char path[] = "/tmp/iof_sendfile_XXXXXX";
+  c.file = mkstemp(path);
+  assert_true(c.file >= 0);
+  unlink(path);
+  assert_int_equal(ftruncate(c.file, SENDFILE_BYTES), 0);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.sv), 0);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM, 0, c.dg), 0);
+  iof_io_context *io = new_io();
+  launch(io, sf_sender, &c);
+  launch(io, sf_receiver, &c);
+  launch(io, mm_receiver, &c);
+  launch(io, mm_sender, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(c.sent, SENDFILE_BYTES);
+  assert_int_equal(c.off, SENDFILE_BYTES);
+  assert_int_equal(c.received, SENDFILE_BYTES);
+  assert_int_equal(c.sent_msgs, 3);
+  assert_true(c.got_msgs >= 1);
+  assert_string_equal(c.first, "one");
+  iof_compat_close(c.sv[1]);
+  iof_compat_close(c.dg[0]);
+  iof_compat_close(c.dg[1]);
+  close(c.file);
+}
+
 /* A non-blocking user's connect keeps EINPROGRESS + SO_ERROR. */
 static int sc_nonblocking_connect(void *arg) {
   int port = *(int *)arg;
@@ -726,6 +824,7 @@ int main(void) {
       T(test_dup2_while_waiting),
       T(test_echo_between_fibers),
       T(test_write_all),
+      T(test_sendfile_and_mmsg),
       T(test_nonblocking_connect),
       T(test_close_from_thread),
       T(test_pool_fiber_read_and_close),

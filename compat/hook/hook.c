@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/sendfile.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -83,6 +84,13 @@
   X(IO, ssize_t, recvmsg, (int fd, struct msghdr *m, int fl), (fd, m, fl))     \
   X(IO, ssize_t, sendmsg, (int fd, const struct msghdr *m, int fl),            \
     (fd, m, fl))                                                               \
+  X(IO, int, recvmmsg,                                                         \
+    (int fd, struct mmsghdr *v, unsigned int n, int fl, struct timespec *t),   \
+    (fd, v, n, fl, t))                                                         \
+  X(IO, int, sendmmsg, (int fd, struct mmsghdr *v, unsigned int n, int fl),    \
+    (fd, v, n, fl))                                                            \
+  X(IO, ssize_t, sendfile, (int o, int i, off_t *off, size_t n),               \
+    (o, i, off, n))                                                            \
   X(IO, int, poll, (struct pollfd * p, nfds_t n, int t), (p, n, t))            \
   X(IO, int, ppoll,                                                            \
     (struct pollfd * p, nfds_t n, const struct timespec *t,                    \
@@ -492,6 +500,14 @@ IOF_HOOK_API int fcntl(int fd, int cmd, ...) {
   if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) restore_std_copy(r, fd);
   return r;
 }
+
+#ifdef __LP64__
+/* With _FILE_OFFSET_BITS=64, glibc's headers call sendfile64: the same
+ * call where off_t is 64 bits. */
+IOF_HOOK_API ssize_t sendfile64(int o, int i, off64_t *off, size_t n) {
+  return sendfile(o, i, (off_t *)off, n);
+}
+#endif
 
 /* With _FILE_OFFSET_BITS=64, glibc's headers call fcntl64. */
 IOF_HOOK_API int fcntl64(int fd, int cmd, ...) {

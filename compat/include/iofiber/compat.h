@@ -62,6 +62,11 @@
 #define sendto iof_compat_sendto
 #define recvmsg iof_compat_recvmsg
 #define sendmsg iof_compat_sendmsg
+#ifdef _GNU_SOURCE
+#define recvmmsg iof_compat_recvmmsg
+#define sendmmsg iof_compat_sendmmsg
+#endif
+#define sendfile iof_compat_sendfile
 #define poll iof_compat_poll
 #define ppoll iof_compat_ppoll
 #define select iof_compat_select

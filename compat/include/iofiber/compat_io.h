@@ -83,6 +83,21 @@ IOF_API ssize_t iof_compat_sendto(int fd, const void *buf, size_t n, int flags,
 IOF_API ssize_t iof_compat_recvmsg(int fd, struct msghdr *msg, int flags);
 IOF_API ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags);
 
+#ifdef _GNU_SOURCE
+/* recvmmsg(2), sendmmsg(2), sendfile(2), under the same rules. As their
+ * blocking forms: recvmmsg waits for the first message (its timeout is
+ * the kernel's, checked only when messages arrive); sendmmsg sends every
+ * message and sendfile every byte (or up to the end of in_fd) unless an
+ * error or a timeout stops them, reporting what was done. sendfile waits
+ * on out_fd. */
+IOF_API int iof_compat_recvmmsg(int fd, struct mmsghdr *vec, unsigned int n,
+                                int flags, struct timespec *timeout);
+IOF_API int iof_compat_sendmmsg(int fd, struct mmsghdr *vec, unsigned int n,
+                                int flags);
+#endif
+IOF_API ssize_t iof_compat_sendfile(int out_fd, int in_fd, off_t *offset,
+                                    size_t count);
+
 /* ---- multiplexing ------------------------------------------------------
  * As poll(2), ppoll(2), select(2), pselect(2), epoll_wait(2),
  * epoll_pwait(2), with the kernel's own results (revents, sets, events):
