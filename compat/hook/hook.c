@@ -788,47 +788,48 @@ static void fill_args(const char **argv, const char *arg0, va_list ap) {
   argv[i] = NULL;
 }
 
+enum { EXEC_PATH, EXEC_SEARCH, EXEC_PATH_ENV };
+
+/* execl, execlp, execle: the list (then execle's envp) as an array. */
+static int exec_list(int how, const char *target, const char *arg, va_list ap) {
+  va_list counting;
+  va_copy(counting, ap);
+  size_t n = count_args(arg, counting);
+  va_end(counting);
+  const char *argv[n];
+  fill_args(argv, arg, ap);
+  char *const *envp =
+      how == EXEC_PATH_ENV ? va_arg(ap, char *const *) : environ;
+  before_exec();
+  if (how == EXEC_SEARCH) return REAL(execvp)(target, (char *const *)argv);
+  return REAL(execve)(target, (char *const *)argv, envp);
+}
+
 IOF_HOOK_API int execl(const char *path, const char *arg, ...) {
   count(H_execl, C_PLAIN);
   va_list ap;
   va_start(ap, arg);
-  size_t n = count_args(arg, ap);
+  int r = exec_list(EXEC_PATH, path, arg, ap);
   va_end(ap);
-  const char *argv[n];
-  va_start(ap, arg);
-  fill_args(argv, arg, ap);
-  va_end(ap);
-  before_exec();
-  return REAL(execve)(path, (char *const *)argv, environ);
+  return r;
 }
 
 IOF_HOOK_API int execlp(const char *file, const char *arg, ...) {
   count(H_execlp, C_PLAIN);
   va_list ap;
   va_start(ap, arg);
-  size_t n = count_args(arg, ap);
+  int r = exec_list(EXEC_SEARCH, file, arg, ap);
   va_end(ap);
-  const char *argv[n];
-  va_start(ap, arg);
-  fill_args(argv, arg, ap);
-  va_end(ap);
-  before_exec();
-  return REAL(execvp)(file, (char *const *)argv);
+  return r;
 }
 
 IOF_HOOK_API int execle(const char *path, const char *arg, ...) {
   count(H_execle, C_PLAIN);
   va_list ap;
   va_start(ap, arg);
-  size_t n = count_args(arg, ap);
+  int r = exec_list(EXEC_PATH_ENV, path, arg, ap);
   va_end(ap);
-  const char *argv[n];
-  va_start(ap, arg);
-  fill_args(argv, arg, ap);
-  char *const *envp = va_arg(ap, char *const *); /* after the NULL */
-  va_end(ap);
-  before_exec();
-  return REAL(execve)(path, (char *const *)argv, envp);
+  return r;
 }
 
 /* glibc starts these children with clone + exec and runs none of our code

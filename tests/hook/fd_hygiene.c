@@ -138,6 +138,36 @@ int main(void) {
   if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
     return fail("cat");
   if (have != 4 || memcmp(got, "abc\n", 4) != 0) return fail("cat's output");
+  /* The list forms of exec, which the hook rebuilds as arrays. */
+  for (int how = 0; how < 2; how++) {
+    int o[2];
+    if (pipe(o) != 0) return fail("pipe");
+    pid = fork();
+    if (pid < 0) return fail("fork");
+    if (pid == 0) {
+      dup2(o[1], 1);
+      close(o[0]);
+      close(o[1]);
+      char *env[] = {"IOF_X=from-execle", NULL};
+      if (how == 0)
+        execle("/bin/sh", "sh", "-c", "echo $IOF_X", (char *)NULL, env);
+      else
+        execlp("sh", "sh", "-c", "echo from-execlp", (char *)NULL);
+      _exit(127);
+    }
+    close(o[1]);
+    char out[32];
+    size_t got_n = 0;
+    ssize_t k;
+    while (got_n < sizeof out - 1 &&
+           (k = read(o[0], out + got_n, sizeof out - 1 - got_n)) > 0)
+      got_n += (size_t)k;
+    out[got_n] = '\0';
+    close(o[0]);
+    if (waitpid(pid, &st, 0) != pid) return fail("waitpid");
+    if (strcmp(out, how == 0 ? "from-execle\n" : "from-execlp\n") != 0)
+      return fail("exec list forms");
+  }
   printf("fd hygiene ok (%d dup2 targets refused)\n", refused);
   return 0;
 }
