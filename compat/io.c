@@ -352,6 +352,15 @@ int iof_compat_recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
   IOF__BLOCKING(fd, EV_READ, iof__libc.recvmmsg(fd, vec, n, flags, timeout));
 }
 
+/* A stream socket may take part of a message: the caller sees msg_len
+ * short and goes on from there, as after a blocking call a signal cut. */
+static bool sent_short(const struct mmsghdr *m) {
+  size_t total = 0;
+  for (size_t i = 0; i < m->msg_hdr.msg_iovlen; i++)
+    total += m->msg_hdr.msg_iov[i].iov_len;
+  return m->msg_len < total;
+}
+
 int iof_compat_sendmmsg(int fd, struct mmsghdr *vec, unsigned int n,
                         int flags) {
   iof__fd_op op;
@@ -362,7 +371,7 @@ int iof_compat_sendmmsg(int fd, struct mmsghdr *vec, unsigned int n,
     int r = iof__libc.sendmmsg(fd, vec + done, n - done, flags);
     if (r >= 0) {
       done += (unsigned)r;
-      if (done >= n || r == 0) return (int)done;
+      if (done >= n || r == 0 || sent_short(&vec[done - 1])) return (int)done;
       continue;
     }
     if (!iof__fd_again(&op)) {

@@ -337,9 +337,9 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
   }
   pthread_mutex_init(&io->rlock, NULL);
   ev_async_init(&io->wake, wake_cb);
-  iof__rt_fd_enter(); /* libev may make its eventfd here */
+  if (own) iof__rt_fd_enter(); /* libev may make its eventfd here */
   ev_async_start(loop, &io->wake);
-  iof__rt_fd_leave();
+  if (own) iof__rt_fd_leave(); /* a host's loop keeps its fds its own */
   int se = iof__ev_syserr_take();
   if (se) {
     /* Another thread took the probed descriptor: libev got the reserved

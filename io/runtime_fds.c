@@ -15,22 +15,32 @@
  * eventfd, signalfd and timerfd_create, moves and lists what they return
  * while the bracket is open on the calling thread, and lets libev's own
  * close of a listed fd through (and unlists it) only then. Without the
- * hook nothing interposes and only ev_guard's pair moves. */
+ * hook nothing interposes and only ev_guard's pair is listed. */
 #include "io/io_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define RT_FDS 64
+/* One bit per fd number below RT_FD_LIMIT (8 KiB): close asks on every
+ * call, so the answer is one load. A runtime fd beyond the limit stays
+ * unprotected, as every fd was before. */
+#define RT_FD_LIMIT (1 << 16)
+#define WORD_BITS ((int)(sizeof(unsigned long) * 8))
 
-/* fd + 1 per slot (0: free). Few: one epoll fd and one eventfd per loop,
- * a signalfd, the reserved pair. */
-static atomic_int listed[RT_FDS];
-static atomic_int lowest = INT32_MAX; /* no listed fd below (a fast no) */
+static atomic_ulong listed[RT_FD_LIMIT / WORD_BITS];
 static _Thread_local int scope;
+
+static bool in_range(int fd) {
+  return fd >= 0 && fd < RT_FD_LIMIT;
+}
+
+static unsigned long bit(int fd) {
+  return 1ul << (fd % WORD_BITS);
+}
 
 void iof__rt_fd_enter(void) {
   scope++;
@@ -55,16 +65,7 @@ static int high_floor(void) {
 }
 
 void iof__rt_fd_list(int fd) {
-  for (int i = 0; i < RT_FDS; i++) {
-    int free_slot = 0;
-    if (atomic_compare_exchange_strong(&listed[i], &free_slot, fd + 1)) {
-      int low = atomic_load(&lowest);
-      while (fd < low && !atomic_compare_exchange_weak(&lowest, &low, fd)) {
-      }
-      return;
-    }
-  }
-  /* Full: the fd stays unprotected, which is how it was before. */
+  if (in_range(fd)) atomic_fetch_or(&listed[fd / WORD_BITS], bit(fd));
 }
 
 int iof__rt_fd_adopt(int fd) {
@@ -84,25 +85,21 @@ int iof__rt_fd_adopt(int fd) {
 }
 
 bool iof__rt_fd_owned(int fd) {
-  if (fd < atomic_load_explicit(&lowest, memory_order_relaxed)) return false;
-  for (int i = 0; i < RT_FDS; i++)
-    if (atomic_load_explicit(&listed[i], memory_order_relaxed) == fd + 1)
-      return true;
-  return false;
+  return in_range(fd) &&
+         (atomic_load_explicit(&listed[fd / WORD_BITS], memory_order_relaxed) &
+          bit(fd));
 }
 
 void iof__rt_fd_forget(int fd) {
-  for (int i = 0; i < RT_FDS; i++) {
-    int mine = fd + 1;
-    if (atomic_compare_exchange_strong(&listed[i], &mine, 0)) return;
-  }
+  if (in_range(fd)) atomic_fetch_and(&listed[fd / WORD_BITS], ~bit(fd));
 }
 
 int iof__rt_fd_next(int from) {
-  int best = -1;
-  for (int i = 0; i < RT_FDS; i++) {
-    int fd = atomic_load(&listed[i]) - 1;
-    if (fd >= from && (best < 0 || fd < best)) best = fd;
+  if (from < 0) from = 0;
+  for (int w = from / WORD_BITS; w < RT_FD_LIMIT / WORD_BITS; w++) {
+    unsigned long m = atomic_load(&listed[w]);
+    if (w == from / WORD_BITS) m &= ~0ul << (from % WORD_BITS);
+    if (m) return w * WORD_BITS + __builtin_ctzl(m);
   }
-  return best;
+  return -1;
 }

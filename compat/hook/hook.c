@@ -381,10 +381,24 @@ static void *real_sym(int call) {
  * (dup2, dup3, or a close then dup or F_DUPFD, as GNU tar does) goes back
  * to blocking mode for the program the child execs (see fork). */
 static void restore_fd(int fd, int view_fd);
+/* In that child compat's records are the parent's: a copy's record is
+ * its source's, remembered here (the child's own memory) for the restore
+ * before an exec. */
+#define CHILD_COPIES 1024
+static int child_source[CHILD_COPIES]; /* source fd + 1, or 0 */
+
+/* The fd whose record tells the user's view of fd, in a stepped-aside
+ * child. */
+static int view_of(int fd) {
+  return fd >= 0 && fd < CHILD_COPIES && child_source[fd] ? child_source[fd] - 1
+                                                          : fd;
+}
+
 static void restore_std_copy(int copy, int from) {
-  if (stepped_aside && copy >= 0 && copy <= 2 && iof_compat_fcntl &&
-      runtime_ready)
-    restore_fd(copy, from);
+  if (!stepped_aside || copy < 0) return;
+  if (copy < CHILD_COPIES) child_source[copy] = view_of(from) + 1;
+  if (copy <= 2 && iof_compat_fcntl && runtime_ready)
+    restore_fd(copy, view_of(from));
 }
 
 /* FD: fd bookkeeping (a new fd's record, close/dup waking waiters, the
@@ -428,7 +442,7 @@ bool iof__rt_fd_release(int fd);
 #define DEF_CLOSE(ret, name, params, args)                                     \
   IOF_HOOK_API ret name params {                                               \
     if (iof__rt_fd_owned(fd)) {                                                \
-      if (!iof__rt_fd_scope()) {                                               \
+      if (in_handler || !iof__rt_fd_scope()) {                                 \
         errno = EBADF;                                                         \
         return -1;                                                             \
       }                                                                        \
@@ -623,7 +637,7 @@ static void restore_blocking(bool inheritable_only, bool pipes_only) {
     if (k < 0 || !(k & O_NONBLOCK)) continue;
     struct stat sb;
     if (pipes_only && (fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode))) continue;
-    int u = iof_compat_fcntl(fd, F_GETFL);
+    int u = iof_compat_fcntl(stepped_aside ? view_of(fd) : fd, F_GETFL);
     if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
   }
   closedir(d);
@@ -638,6 +652,12 @@ static void restore_fd(int fd, int view_fd) {
   if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
 }
 
+/* The runtime's bracket is open on this thread, and not for a signal
+ * handler that interrupted it. */
+static bool runtime_scope(void) {
+  return !in_handler && iof__rt_fd_scope();
+}
+
 /* ---- descriptors libev makes --------------------------------------------
  * Inside the runtime's bracket (a loop being made, a signal watched) the
  * new fd goes high and is listed; elsewhere these are libc's. */
@@ -645,50 +665,49 @@ static void restore_fd(int fd, int view_fd) {
 IOF_HOOK_API int epoll_create(int size) {
   count(H_epoll_create, C_PLAIN);
   int fd = REAL(epoll_create)(size);
-  return iof__rt_fd_scope() ? iof__rt_fd_adopt(fd) : fd;
+  return runtime_scope() ? iof__rt_fd_adopt(fd) : fd;
 }
 
 IOF_HOOK_API int epoll_create1(int flags) {
   count(H_epoll_create1, C_PLAIN);
   int fd = REAL(epoll_create1)(flags);
-  return iof__rt_fd_scope() ? iof__rt_fd_adopt(fd) : fd;
+  return runtime_scope() ? iof__rt_fd_adopt(fd) : fd;
 }
 
 IOF_HOOK_API int eventfd(unsigned int initval, int flags) {
   count(H_eventfd, C_PLAIN);
   int fd = REAL(eventfd)(initval, flags);
-  return iof__rt_fd_scope() ? iof__rt_fd_adopt(fd) : fd;
+  return runtime_scope() ? iof__rt_fd_adopt(fd) : fd;
 }
 
 IOF_HOOK_API int signalfd(int fd, const sigset_t *mask, int flags) {
   count(H_signalfd, C_PLAIN);
   int r = REAL(signalfd)(fd, mask, flags);
-  return fd == -1 && iof__rt_fd_scope() ? iof__rt_fd_adopt(r) : r;
+  return fd == -1 && runtime_scope() ? iof__rt_fd_adopt(r) : r;
 }
 
 IOF_HOOK_API int timerfd_create(int clockid, int flags) {
   count(H_timerfd_create, C_PLAIN);
   int fd = REAL(timerfd_create)(clockid, flags);
-  return iof__rt_fd_scope() ? iof__rt_fd_adopt(fd) : fd;
+  return runtime_scope() ? iof__rt_fd_adopt(fd) : fd;
 }
 
 /* close_range over [first, last] minus the runtime's fds: one call per
- * stretch between them. A kernel without close_range (ENOSYS) gets a
- * close per open fd, as glibc's closefrom would. */
+ * stretch between them. The kernel's error as is (a program that calls
+ * close_range handles ENOSYS or EPERM itself). */
 static int close_stretches(unsigned first, unsigned last, int flags) {
+  int (*real)(unsigned, unsigned, int) = REAL(close_range);
+  if (!real) { /* glibc before 2.34 */
+    errno = ENOSYS;
+    return -1;
+  }
   unsigned lo = first;
   for (;;) {
     int rt = lo > (unsigned)INT32_MAX ? -1 : iof__rt_fd_next((int)lo);
-    unsigned hi = rt < 0 || (unsigned)rt > last ? last : (unsigned)rt - 1;
-    if (rt < 0 || (unsigned)rt != lo) {
-      if (REAL(close_range)(lo, hi, flags) != 0) {
-        if (errno != ENOSYS) return -1;
-        long max = sysconf(_SC_OPEN_MAX);
-        unsigned cap = max > 0 && max < INT32_MAX ? (unsigned)max : 1u << 20;
-        for (unsigned f = lo; f <= hi && f < cap; f++) REAL(close)((int)f);
-      }
-    }
-    if (rt < 0 || (unsigned)rt >= last) return 0;
+    bool past = rt < 0 || (unsigned)rt > last;
+    unsigned hi = past ? last : (unsigned)rt - 1;
+    if ((past || (unsigned)rt != lo) && real(lo, hi, flags) != 0) return -1;
+    if (past || (unsigned)rt == last) return 0;
     lo = (unsigned)rt + 1;
   }
 }
@@ -702,10 +721,26 @@ IOF_HOOK_API int close_range(unsigned first, unsigned last, int flags) {
   return close_stretches(first, last, flags);
 }
 
+/* closefrom cannot fail: without close_range (an old kernel, a seccomp
+ * filter) it closes what /proc/self/fd lists, as glibc's does. */
 IOF_HOOK_API void closefrom(int lowfd) {
   count(H_closefrom, C_PLAIN);
   int e = errno;
-  (void)close_stretches(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U, 0);
+  if (lowfd < 0) lowfd = 0;
+  if (close_stretches((unsigned)lowfd, ~0U, 0) != 0) {
+    for (int pass = 0; pass < 2; pass++) { /* the listing moves as we close */
+      DIR *d = opendir("/proc/self/fd");
+      if (!d) break;
+      int self = dirfd(d);
+      struct dirent *de;
+      while ((de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+        int fd = atoi(de->d_name);
+        if (fd >= lowfd && fd != self && !iof__rt_fd_owned(fd)) REAL(close)(fd);
+      }
+      closedir(d);
+    }
+  }
   errno = e;
 }
 
@@ -782,12 +817,6 @@ static size_t count_args(const char *arg0, va_list ap) {
   return n; /* with the NULL */
 }
 
-static void fill_args(const char **argv, const char *arg0, va_list ap) {
-  size_t i = 0;
-  for (const char *a = arg0; a; a = va_arg(ap, const char *)) argv[i++] = a;
-  argv[i] = NULL;
-}
-
 enum { EXEC_PATH, EXEC_SEARCH, EXEC_PATH_ENV };
 
 /* execl, execlp, execle: the list (then execle's envp) as an array. */
@@ -797,7 +826,9 @@ static int exec_list(int how, const char *target, const char *arg, va_list ap) {
   size_t n = count_args(arg, counting);
   va_end(counting);
   const char *argv[n];
-  fill_args(argv, arg, ap);
+  size_t i = 0;
+  for (const char *a = arg; a; a = va_arg(ap, const char *)) argv[i++] = a;
+  argv[i] = NULL;
   char *const *envp =
       how == EXEC_PATH_ENV ? va_arg(ap, char *const *) : environ;
   before_exec();

@@ -28,6 +28,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/types.h>
@@ -67,6 +68,9 @@
 #define sendmmsg iof_compat_sendmmsg
 #endif
 #define sendfile iof_compat_sendfile
+#ifdef __LP64__
+#define sendfile64 iof_compat_sendfile /* _FILE_OFFSET_BITS=64 */
+#endif
 #define poll iof_compat_poll
 #define ppoll iof_compat_ppoll
 #define select iof_compat_select
