@@ -422,9 +422,17 @@ FILE *iof_compat_fdopen(int fd, const char *mode) {
   return iof__libc.fdopen(fd, mode);
 }
 
+/* A new copy of from: its record, and in a child forked by a fiber, a
+ * standard stream's blocking mode (dup2, or close + dup as GNU tar does). */
+static void copied(int from, int to) {
+  if (to < 0) return;
+  inherit(from, to);
+  iof__compat_child_std_blocking(to);
+}
+
 int iof_compat_dup(int fd) {
   int r = iof__libc.dup(fd);
-  if (r >= 0) inherit(fd, r);
+  copied(fd, r);
   return r;
 }
 
@@ -456,8 +464,7 @@ int iof_compat_dup2(int fd, int fd2) {
   if (!dup_ok(fd, fd2)) return -1;
   iof__fd_reset(fd2, 0); /* its waiters see EBADF, never the new file */
   int r = iof__libc.dup2(fd, fd2);
-  if (r >= 0) inherit(fd, r);
-  iof__compat_child_std_blocking(r);
+  copied(fd, r);
   return r;
 }
 
@@ -469,8 +476,7 @@ int iof_compat_dup3(int fd, int fd2, int flags) {
   if (!dup_ok(fd, fd2)) return -1;
   iof__fd_reset(fd2, 0);
   int r = iof__libc.dup3(fd, fd2, flags);
-  if (r >= 0) inherit(fd, r);
-  iof__compat_child_std_blocking(r);
+  copied(fd, r);
   return r;
 }
 
@@ -524,7 +530,7 @@ int iof_compat_fcntl(int fd, int cmd, ...) {
   case F_DUPFD:
   case F_DUPFD_CLOEXEC:
     r = iof__libc.fcntl(fd, cmd, va_arg(ap, int));
-    if (r >= 0) inherit(fd, r);
+    copied(fd, r);
     break;
   case F_GETFD:
   case F_GETOWN:

@@ -405,24 +405,23 @@ static void restore_std_copy(int copy, int from) {
  * user's O_NONBLOCK and timeouts) must see every caller, fiber or not, or a
  * reused fd number would meet a stale record. Plain only before the
  * runtime's constructor ran, in handlers and in a stepped-aside child. */
+#define TO_COMPAT_IF_KEPT(name, args)                                          \
+  if (fd_bookkeeping_of(name)) {                                               \
+    count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);                 \
+    return iof_compat_##name args;                                             \
+  }                                                                            \
+  count(H_##name, C_PLAIN)
+
 #define DEF_FD(ret, name, params, args)                                        \
   IOF_HOOK_API ret name params {                                               \
-    if (fd_bookkeeping_of(name)) {                                             \
-      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
-      return iof_compat_##name args;                                           \
-    }                                                                          \
-    count(H_##name, C_PLAIN);                                                  \
+    TO_COMPAT_IF_KEPT(name, args);                                             \
     return REAL(name) args;                                                    \
   }
 
 /* DUP1: dup (parameter fd) as FD. */
 #define DEF_DUP1(ret, name, params, args)                                      \
   IOF_HOOK_API ret name params {                                               \
-    if (fd_bookkeeping_of(name)) {                                             \
-      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
-      return iof_compat_##name args;                                           \
-    }                                                                          \
-    count(H_##name, C_PLAIN);                                                  \
+    TO_COMPAT_IF_KEPT(name, args);                                             \
     ret r_ = REAL(name) args;                                                  \
     restore_std_copy(r_, fd);                                                  \
     return r_;                                                                 \
@@ -448,11 +447,7 @@ bool iof__rt_fd_release(int fd);
       }                                                                        \
       iof__rt_fd_forget(fd);                                                   \
     }                                                                          \
-    if (fd_bookkeeping_of(name)) {                                             \
-      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
-      return iof_compat_##name args;                                           \
-    }                                                                          \
-    count(H_##name, C_PLAIN);                                                  \
+    TO_COMPAT_IF_KEPT(name, args);                                             \
     return REAL(name) args;                                                    \
   }
 
@@ -463,11 +458,7 @@ bool iof__rt_fd_release(int fd);
       errno = EBADF;                                                           \
       return -1;                                                               \
     }                                                                          \
-    if (fd_bookkeeping_of(name)) {                                             \
-      count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);               \
-      return iof_compat_##name args;                                           \
-    }                                                                          \
-    count(H_##name, C_PLAIN);                                                  \
+    TO_COMPAT_IF_KEPT(name, args);                                             \
     ret r_ = REAL(name) args;                                                  \
     if (r_ >= 0) restore_std_copy(b, a);                                       \
     return r_;                                                                 \
@@ -611,6 +602,36 @@ IOF_HOOK_API void pthread_exit(void *r) {
 
 /* ---- fork ------------------------------------------------------------- */
 
+/* Calls fn(fd, arg) for each fd open in this process, as /proc/self/fd
+ * lists them (nothing without /proc). */
+static void each_open_fd(void (*fn)(int fd, void *arg), void *arg) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return;
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    int fd = atoi(e->d_name);
+    if (fd != self) fn(fd, arg);
+  }
+  closedir(d);
+}
+
+typedef struct restore_filter {
+  bool inheritable_only, pipes_only;
+} restore_filter;
+
+static void restore_listed(int fd, void *arg) {
+  const restore_filter *f = arg;
+  if (f->inheritable_only) {
+    int fdfl = REAL(fcntl)(fd, F_GETFD);
+    if (fdfl < 0 || (fdfl & FD_CLOEXEC)) return;
+  }
+  struct stat sb;
+  if (f->pipes_only && (fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode))) return;
+  restore_fd(fd, view_of(fd));
+}
+
 /* A process we start must see its fds as the program made them: the fds
  * the runtime switched to non-blocking for its waits (user view blocking,
  * compat's F_GETFL) are switched back, e.g. a shell pipeline's stdin. The
@@ -621,26 +642,8 @@ IOF_HOOK_API void pthread_exit(void *r) {
  * pipes_only: skip everything but pipes and FIFOs. */
 static void restore_blocking(bool inheritable_only, bool pipes_only) {
   if (!iof_compat_fcntl || !runtime_ready) return;
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return;
-  int self = dirfd(d);
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    int fd = atoi(e->d_name);
-    if (fd == self) continue;
-    if (inheritable_only) {
-      int fdfl = REAL(fcntl)(fd, F_GETFD);
-      if (fdfl < 0 || (fdfl & FD_CLOEXEC)) continue;
-    }
-    int k = REAL(fcntl)(fd, F_GETFL);
-    if (k < 0 || !(k & O_NONBLOCK)) continue;
-    struct stat sb;
-    if (pipes_only && (fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode))) continue;
-    int u = iof_compat_fcntl(stepped_aside ? view_of(fd) : fd, F_GETFL);
-    if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
-  }
-  closedir(d);
+  restore_filter f = {inheritable_only, pipes_only};
+  each_open_fd(restore_listed, &f);
 }
 
 /* One fd back to blocking mode when the runtime alone made it
@@ -721,26 +724,19 @@ IOF_HOOK_API int close_range(unsigned first, unsigned last, int flags) {
   return close_stretches(first, last, flags);
 }
 
+static void close_unlisted_from(int fd, void *low) {
+  if (fd >= *(int *)low && !iof__rt_fd_owned(fd)) REAL(close)(fd);
+}
+
 /* closefrom cannot fail: without close_range (an old kernel, a seccomp
  * filter) it closes what /proc/self/fd lists, as glibc's does. */
 IOF_HOOK_API void closefrom(int lowfd) {
   count(H_closefrom, C_PLAIN);
   int e = errno;
   if (lowfd < 0) lowfd = 0;
-  if (close_stretches((unsigned)lowfd, ~0U, 0) != 0) {
-    for (int pass = 0; pass < 2; pass++) { /* the listing moves as we close */
-      DIR *d = opendir("/proc/self/fd");
-      if (!d) break;
-      int self = dirfd(d);
-      struct dirent *de;
-      while ((de = readdir(d))) {
-        if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
-        int fd = atoi(de->d_name);
-        if (fd >= lowfd && fd != self && !iof__rt_fd_owned(fd)) REAL(close)(fd);
-      }
-      closedir(d);
-    }
-  }
+  if (close_stretches((unsigned)lowfd, ~0U, 0) != 0)
+    for (int pass = 0; pass < 2; pass++) /* the listing moves as we close */
+      each_open_fd(close_unlisted_from, &lowfd);
   errno = e;
 }
 
@@ -836,32 +832,19 @@ static int exec_list(int how, const char *target, const char *arg, va_list ap) {
   return REAL(execve)(target, (char *const *)argv, envp);
 }
 
-IOF_HOOK_API int execl(const char *path, const char *arg, ...) {
-  count(H_execl, C_PLAIN);
-  va_list ap;
-  va_start(ap, arg);
-  int r = exec_list(EXEC_PATH, path, arg, ap);
-  va_end(ap);
-  return r;
-}
+#define DEF_EXEC_LIST(name, how, first)                                        \
+  IOF_HOOK_API int name(const char *first, const char *arg, ...) {             \
+    count(H_##name, C_PLAIN);                                                  \
+    va_list ap;                                                                \
+    va_start(ap, arg);                                                         \
+    int r = exec_list(how, first, arg, ap);                                    \
+    va_end(ap);                                                                \
+    return r;                                                                  \
+  }
 
-IOF_HOOK_API int execlp(const char *file, const char *arg, ...) {
-  count(H_execlp, C_PLAIN);
-  va_list ap;
-  va_start(ap, arg);
-  int r = exec_list(EXEC_SEARCH, file, arg, ap);
-  va_end(ap);
-  return r;
-}
-
-IOF_HOOK_API int execle(const char *path, const char *arg, ...) {
-  count(H_execle, C_PLAIN);
-  va_list ap;
-  va_start(ap, arg);
-  int r = exec_list(EXEC_PATH_ENV, path, arg, ap);
-  va_end(ap);
-  return r;
-}
+DEF_EXEC_LIST(execl, EXEC_PATH, path)
+DEF_EXEC_LIST(execlp, EXEC_SEARCH, file)
+DEF_EXEC_LIST(execle, EXEC_PATH_ENV, path)
 
 /* glibc starts these children with clone + exec and runs none of our code
  * in between: the fds are put back in blocking mode beforehand. system and
