@@ -88,8 +88,11 @@ IOF_API ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags);
  * blocking forms: recvmmsg waits for the first message (its timeout is
  * the kernel's, checked only when messages arrive); sendmmsg sends every
  * message and sendfile every byte (or up to the end of in_fd) unless an
- * error or a timeout stops them, reporting what was done. sendfile waits
- * on out_fd. */
+ * error or a timeout stops them, reporting what was done (a stream
+ * socket's partly sent message ends sendmmsg: its msg_len says how much
+ * went). sendfile waits on out_fd. Errors: -1 and errno as the plain
+ * calls; EAGAIN when SO_RCVTIMEO / SO_SNDTIMEO passes, EBADF when another
+ * fiber closes the fd. */
 IOF_API int iof_compat_recvmmsg(int fd, struct mmsghdr *vec, unsigned int n,
                                 int flags, struct timespec *timeout);
 IOF_API int iof_compat_sendmmsg(int fd, struct mmsghdr *vec, unsigned int n,
