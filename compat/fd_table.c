@@ -1,6 +1,7 @@
 /* The fd table and the wait loop every blocking compat call shares (see
  * fd_table.h). */
 #include "compat/fd_table.h"
+#include "compat/signal_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -275,7 +276,11 @@ int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns) {
   w.fw.on_disarm = waiter_disarm;
   w.slot = op->slot;
   w.gen = op->gen;
+  /* A timeout on the socket makes the call one SA_RESTART does not
+   * restart. */
+  bool reg = iof__compat_intr_enter(op->fiber, &w.fw.op, deadline_ns < 0);
   int r = iof__fd_wait_run(&w.fw, iof__compat_io(op->fiber), deadline_ns);
+  iof__compat_intr_leave(reg);
   if (r == 0 &&
       atomic_load_explicit(&op->slot->gen, memory_order_acquire) != op->gen)
     r = -EBADF; /* closed (and maybe reused) while the wait ended */
@@ -305,5 +310,8 @@ int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns) {
   iof__fd_wait fw = {0};
   fw.fd = fd;
   fw.events = events;
-  return iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns);
+  bool reg = iof__compat_intr_enter(f, &fw.op, false);
+  int r = iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns);
+  iof__compat_intr_leave(reg);
+  return r;
 }

@@ -1,6 +1,7 @@
 /* iof_main: a blocking-style program's main as a fiber thread on fresh
  * io_contexts (one per OS thread), and the placement of the fiber threads
  * it creates. */
+#include "compat/signal_internal.h"
 #include "compat/thread_internal.h"
 
 #include <errno.h>
@@ -71,7 +72,9 @@ typedef struct main_call {
 
 static void *main_thread(void *p) {
   main_call *mc = p;
+  iof__compat_set_main(iof_fiber_current());
   mc->status = mc->fn(mc->arg);
+  iof__compat_set_main(NULL);
   atomic_store(&G.main_state, 1);
   return NULL;
 }

@@ -11,6 +11,7 @@
 #include <iofiber/compat_io.h>
 
 #include "compat/fd_table.h"
+#include "compat/signal_internal.h"
 
 #include <iofiber/timer.h>
 
@@ -64,16 +65,22 @@ static int ep_add_poll(int ep, const struct pollfd *fds, nfds_t i) {
   return epoll_ctl(ep, EPOLL_CTL_MOD, fds[i].fd, &e) == 0 ? 0 : -errno;
 }
 
-/* The wait between two checks: 0 (check again), -ETIMEDOUT, or -errno.
- * When the epoll set cannot be built (no fd left, watch limit) it falls
- * back to checking every 10 ms. */
+/* The wait between two checks: 0 (check again), -ETIMEDOUT, or -errno
+ * (-EINTR: a handler ran, signal_internal.h). When the epoll set cannot be
+ * built (no fd left, watch limit) it falls back to checking every 10 ms. */
 static int wait_set(int ep, int64_t deadline) {
   if (ep >= 0) return iof__fd_wait_plain(ep, EV_READ, deadline);
   int64_t next = iof__now_ns() + 10 * 1000000;
   if (deadline >= 0 && deadline < next) next = deadline;
-  int r = iof_sleep_until(next);
-  if (r < 0) return r;
+  int r = iof__compat_intr_sleep(iof__compat_fiber(), next);
+  if (r != -ETIMEDOUT) return r;
   return deadline >= 0 && iof__now_ns() >= deadline ? -ETIMEDOUT : 0;
+}
+
+/* A masked call's signalfd (iof__compat_admit_fd) joins the set it waits
+ * on; 0 or -errno. */
+static int ep_add_admit(int ep, int sfd) {
+  return ep >= 0 && sfd >= 0 ? ep_add(ep, sfd, EPOLLIN) : 0;
 }
 
 static void ep_close(int ep) {
@@ -82,9 +89,10 @@ static void ep_close(int ep) {
 
 /* Ends a fiber wait: the kernel's answer (r >= 0 or -1 with its errno),
  * or a wait failure as -1 + errno; errno at entry kept otherwise. */
-static int finish(int ep, int r, int werr, int saved) {
+static int finish(int ep, int sfd, int r, int werr, int saved) {
   int e = errno;
   ep_close(ep);
+  ep_close(sfd);
   if (werr) {
     errno = werr;
     return -1;
@@ -132,7 +140,7 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
     return -1;
   }
   int saved = errno;
-  int ep = -1;
+  int ep = -1, sfd = -1;
   bool built = false;
   int single = n == 1 && fds[0].fd >= 0 ? single_events(fds[0].events) : 0;
   bool waited = false;
@@ -141,11 +149,12 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
                  : iof__libc.poll(fds, n, 0);
     if (r != 0) {
       if (!built && !waited) returned_at_once(r);
-      return finish(ep, r, 0, saved);
+      return finish(ep, sfd, r, 0, saved);
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
-      return finish(ep, 0, 0, saved);
+      return finish(ep, sfd, 0, 0, saved);
     int w;
+    if (!waited && mask && (sfd = iof__compat_admit_fd(mask)) >= 0) single = 0;
     if (single) {
       w = iof__fd_wait_plain(fds[0].fd, single, deadline);
     } else {
@@ -157,6 +166,10 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
             ep_close(ep);
             ep = -1;
           }
+        if (ep_add_admit(ep, sfd) < 0) {
+          ep_close(ep);
+          ep = -1;
+        }
       }
       w = wait_set(ep, deadline);
     }
@@ -165,9 +178,9 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
     if (w == -ETIMEDOUT) {
       r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
                : iof__libc.poll(fds, n, 0);
-      return finish(ep, r, 0, saved);
+      return finish(ep, sfd, r, 0, saved);
     }
-    if (w < 0 && w != -EBADF) return finish(ep, -1, -w, saved);
+    if (w < 0 && w != -EBADF) return finish(ep, sfd, -1, -w, saved);
     /* Ready, or the single fd was closed: the next check tells. */
   }
 }
@@ -175,9 +188,9 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
 /* poll(NULL, 0, ms) and select(0, ..., &tv) are sleeps. */
 static int sleep_to(int64_t deadline) {
   int saved = errno;
-  int r = iof_sleep_until(deadline);
-  errno = r < 0 ? -r : saved;
-  return r < 0 ? -1 : 0;
+  int r = iof__compat_intr_sleep(iof__compat_fiber(), deadline);
+  errno = r != -ETIMEDOUT ? -r : saved;
+  return r != -ETIMEDOUT ? -1 : 0;
 }
 
 int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms) {
@@ -209,7 +222,7 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
   if (rd) r0 = *rd;
   if (wr) w0 = *wr;
   if (ex) e0 = *ex;
-  int ep = -1;
+  int ep = -1, sfd = -1;
   bool built = false;
   for (;;) {
     if (rd) *rd = r0;
@@ -218,12 +231,13 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     int r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
     if (r != 0) {
       if (!built) returned_at_once(r);
-      return finish(ep, r, 0, saved);
+      return finish(ep, sfd, r, 0, saved);
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
-      return finish(ep, 0, 0, saved);
+      return finish(ep, sfd, 0, 0, saved);
     if (!built) {
       built = true;
+      sfd = iof__compat_admit_fd(mask);
       ep = epoll_create1(EPOLL_CLOEXEC);
       for (int fd = 0; ep >= 0 && fd < nfds; fd++) {
         uint32_t ev = (rd && FD_ISSET(fd, &r0) ? EPOLLIN : 0) |
@@ -234,6 +248,10 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
           ep = -1;
         }
       }
+      if (ep_add_admit(ep, sfd) < 0) {
+        ep_close(ep);
+        ep = -1;
+      }
     }
     int w = wait_set(ep, deadline);
     busy_streak = 0;
@@ -242,9 +260,9 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
       if (wr) *wr = w0;
       if (ex) *ex = e0;
       r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
-      return finish(ep, r, 0, saved);
+      return finish(ep, sfd, r, 0, saved);
     }
-    if (w < 0) return finish(ep, -1, -w, saved);
+    if (w < 0) return finish(ep, sfd, -1, -w, saved);
   }
 }
 
@@ -294,22 +312,35 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
                        int64_t deadline, const sigset_t *mask) {
   int saved = errno;
   bool waited = false;
+  int ep = -1, sfd = -1; /* with a masked call's signalfd: both in ep */
   for (;;) {
+    /* epoll_pwait with a zero timeout returns before it looks for signals:
+     * one its mask lets in is delivered by a ppoll of nothing. */
+    if (sfd >= 0 && iof__libc.ppoll(NULL, 0, &zero_ts, mask) < 0)
+      return finish(ep, sfd, -1, 0, saved);
     int r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
     if (r != 0) {
       if (!waited) returned_at_once(r);
-      return finish(-1, r, 0, saved);
+      return finish(ep, sfd, r, 0, saved);
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
-      return finish(-1, 0, 0, saved);
-    int w = iof__fd_wait_plain(epfd, EV_READ, deadline);
+      return finish(ep, sfd, 0, 0, saved);
+    if (!waited && (sfd = iof__compat_admit_fd(mask)) >= 0) {
+      ep = epoll_create1(EPOLL_CLOEXEC);
+      if (ep >= 0 &&
+          (ep_add(ep, epfd, EPOLLIN) < 0 || ep_add(ep, sfd, EPOLLIN) < 0)) {
+        ep_close(ep);
+        ep = -1;
+      }
+    }
+    int w = iof__fd_wait_plain(ep >= 0 ? ep : epfd, EV_READ, deadline);
     waited = true;
     busy_streak = 0;
     if (w == -ETIMEDOUT) {
       r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
-      return finish(-1, r, 0, saved);
+      return finish(ep, sfd, r, 0, saved);
     }
-    if (w < 0 && w != -EBADF) return finish(-1, -1, -w, saved);
+    if (w < 0 && w != -EBADF) return finish(ep, sfd, -1, -w, saved);
   }
 }
 

@@ -1,20 +1,25 @@
 /* The sleep family and sched_yield in fibers: the fiber sleeps on its
- * io_context's timers (iof_sleep_for), other fibers keep the thread. */
+ * io_context's timers, other fibers keep the thread. A handler run
+ * interrupts main's sleeps, as the kernel's (signal_internal.h). */
 #include <iofiber/compat_io.h>
 #include <iofiber/launch.h>
 #include <iofiber/timer.h>
 
 #include "compat/fd_table.h"
+#include "compat/signal_internal.h"
 
 #include <errno.h>
 #include <stdint.h>
 
-/* Sleeps ns in the calling fiber; errno kept. 0 or -ECANCELED. */
+/* Sleeps ns in the calling fiber; errno kept. 0, -EINTR (a handler ran,
+ * main only) or -ECANCELED. */
 static int fiber_sleep(int64_t ns) {
   int saved = errno;
-  int r = iof_sleep_for(ns);
+  iof_fiber *f = iof__compat_fiber();
+  int r = ns <= 0 ? iof_sleep_for(0)
+                  : iof__compat_intr_sleep(f, iof__sat_add(iof__now_ns(), ns));
   errno = saved;
-  return r;
+  return r == -ETIMEDOUT ? 0 : r;
 }
 
 unsigned iof_compat_sleep(unsigned seconds) {
@@ -22,13 +27,14 @@ unsigned iof_compat_sleep(unsigned seconds) {
   int64_t end = iof__now_ns() + (int64_t)seconds * 1000000000;
   if (fiber_sleep((int64_t)seconds * 1000000000) == 0) return 0;
   int64_t left = end - iof__now_ns();
-  return left > 0 ? (unsigned)((left + 999999999) / 1000000000) : 0;
+  return left > 0 ? (unsigned)(left / 1000000000) : 0; /* as glibc's */
 }
 
 int iof_compat_usleep(iof_compat_useconds_t usec) {
   if (!iof__compat_fiber()) return iof__libc.usleep(usec);
-  if (fiber_sleep((int64_t)usec * 1000) < 0) {
-    errno = ECANCELED;
+  int r = fiber_sleep((int64_t)usec * 1000);
+  if (r < 0) {
+    errno = -r;
     return -1;
   }
   return 0;
@@ -50,14 +56,14 @@ static void ns_ts(int64_t ns, struct timespec *ts) {
 }
 
 /* A relative sleep of the calling fiber; rem gets what is left only when
- * the sleep was cut short (ECANCELED: nothing else interrupts it). 0 or
- * an errno value. */
+ * the sleep was cut short (EINTR, ECANCELED). 0 or an errno value. */
 static int sleep_rel(const struct timespec *req, struct timespec *rem) {
   int64_t ns = ts_ns(req);
   int64_t end = iof__now_ns() + (ns > INT64_MAX / 2 ? INT64_MAX / 2 : ns);
-  if (fiber_sleep(end - iof__now_ns()) == 0) return 0;
+  int r = fiber_sleep(end - iof__now_ns());
+  if (r == 0) return 0;
   if (rem) ns_ts(end - iof__now_ns(), rem);
-  return ECANCELED;
+  return -r;
 }
 
 int iof_compat_nanosleep(const struct timespec *req, struct timespec *rem) {
@@ -98,7 +104,8 @@ int iof_compat_clock_nanosleep(clockid_t clock, int flags,
     if (clock_gettime(clock, &now) != 0) return errno;
     int64_t left = target - ts_ns(&now);
     if (left <= 0) return 0;
-    if (fiber_sleep(left) < 0) return ECANCELED;
+    int r = fiber_sleep(left);
+    if (r < 0) return -r;
   }
 }
 

@@ -89,6 +89,12 @@
     (const char *, struct hostent *, char *, size_t, struct hostent **,        \
      int *))                                                                   \
   X(int, sched_yield, (void))                                                  \
+  X(int, pause, (void))                                                        \
+  X(int, sigsuspend, (const sigset_t *))                                       \
+  X(int, sigwait, (const sigset_t *, int *))                                   \
+  X(int, sigwaitinfo, (const sigset_t *, siginfo_t *))                         \
+  X(int, sigtimedwait,                                                         \
+    (const sigset_t *, siginfo_t *, const struct timespec *))                  \
   X(pid_t, fork, (void))                                                       \
   X(int, pthread_create,                                                       \
     (pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))          \

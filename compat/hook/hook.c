@@ -211,9 +211,12 @@
   X(CNT, int, flock, (int fd, int op), (fd, op))                               \
   X(CNT, int, fsync, (int fd), (fd))                                           \
   X(CNT, int, fdatasync, (int fd), (fd))                                       \
-  X(CNT, int, sigwait, (const sigset_t *s, int *n), (s, n))                    \
-  X(CNT, int, sigsuspend, (const sigset_t *s), (s))                            \
-  X(CNT, int, pause, (void), ())
+  X(IO, int, sigwait, (const sigset_t *s, int *n), (s, n))                     \
+  X(IO, int, sigwaitinfo, (const sigset_t *s, siginfo_t *i), (s, i))           \
+  X(IO, int, sigtimedwait,                                                     \
+    (const sigset_t *s, siginfo_t *i, const struct timespec *t), (s, i, t))    \
+  X(IO, int, sigsuspend, (const sigset_t *s), (s))                             \
+  X(IO, int, pause, (void), ())
 
 /* Calls written by hand, for the index and the counters. */
 #define HOOK_EXTRA(Y)                                                          \
@@ -927,14 +930,25 @@ IOF_HOOK_API int __ppoll_chk(struct pollfd *p, nfds_t n,
 /* Every handler installed through sigaction/signal runs inside a
  * trampoline that marks the thread as "in a handler" (see in_handler). A
  * handler left with siglongjmp leaves the mark set: that thread's later
- * calls then pass through (documented). */
+ * calls then pass through (documented). After a program's handler (not
+ * the runtime's own, installed inside its bracket) the trampoline tells
+ * compat, which interrupts main's blocking call as the kernel would. */
 static void *_Atomic user_handler[NSIG];
+static atomic_int user_flags[NSIG]; /* sa_flags, or -1: the runtime's */
+
+void iof__compat_signal_ran(int sig, int flags);
+
+static void ran(int sig) {
+  int fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
+  if (fl != -1) iof__compat_signal_ran(sig, fl);
+}
 
 static void tramp_plain(int sig) {
   void (*h)(int) = (void (*)(int))atomic_load_explicit(&user_handler[sig],
                                                        memory_order_acquire);
   in_handler++;
   if (h) h(sig);
+  ran(sig);
   in_handler--;
 }
 
@@ -944,6 +958,7 @@ static void tramp_info(int sig, siginfo_t *si, void *uc) {
           &user_handler[sig], memory_order_acquire);
   in_handler++;
   if (h) h(sig, si, uc);
+  ran(sig);
   in_handler--;
 }
 
@@ -969,6 +984,9 @@ IOF_HOOK_API int sigaction(int sig, const struct sigaction *act,
         mine.sa_sigaction = tramp_info;
       else
         mine.sa_handler = tramp_plain;
+      atomic_store_explicit(&user_flags[sig],
+                            runtime_scope() ? -1 : (int)act->sa_flags,
+                            memory_order_relaxed);
       atomic_store_explicit(&user_handler[sig], h, memory_order_release);
       act = &mine;
       wrapped = true;

@@ -97,6 +97,11 @@
 #define gethostbyname iof_compat_gethostbyname
 #define gethostbyname_r iof_compat_gethostbyname_r
 #define sched_yield iof_compat_sched_yield
+#define sigwait iof_compat_sigwait
+#define sigwaitinfo iof_compat_sigwaitinfo
+#define sigtimedwait iof_compat_sigtimedwait
+#define pause iof_compat_pause
+#define sigsuspend iof_compat_sigsuspend
 #endif
 
 /* threads */

@@ -6,9 +6,13 @@
  * (the fd is tried non-blocking; on EAGAIN the fiber waits on its
  * io_context); outside a fiber each call is exactly the plain libc call.
  * fds made elsewhere are taken over on first blocking use in a fiber. Every
- * call keeps errno across suspension and never invents EINTR. A blocking
- * call whose fiber's chain is stopped (stop token, context shutdown) fails
- * with ECANCELED. See docs/porting.md, "What the compat layer covers". */
+ * call keeps errno across suspension. EINTR comes only where the kernel
+ * would report it to the program's main thread: under libiofiber-hook, a
+ * handler run interrupts the blocking call of the fiber running main
+ * (iof_main), unless the handler has SA_RESTART and the call is one that
+ * flag restarts. A blocking call whose fiber's chain is stopped (stop
+ * token, context shutdown) fails with ECANCELED. See docs/porting.md,
+ * "What the compat layer covers". */
 #ifndef IOFIBER_COMPAT_IO_H
 #define IOFIBER_COMPAT_IO_H
 
@@ -106,8 +110,11 @@ IOF_API ssize_t iof_compat_sendfile(int out_fd, int in_fd, off_t *offset,
  * epoll_pwait(2), with the kernel's own results (revents, sets, events):
  * in a fiber they check once without waiting, then suspend until one of
  * the fds may be ready or the timeout passes, and check again. The signal
- * mask of ppoll/pselect/epoll_pwait applies to the checks only, not to the
- * suspended time. select is limited to FD_SETSIZE like the plain call. */
+ * mask of ppoll/pselect/epoll_pwait applies to the checks; a signal it lets
+ * in that the thread blocks ends the suspension when it becomes pending
+ * (a signalfd joins the wait), and the next check delivers it: -1 EINTR,
+ * as make -j expects for SIGCHLD. select is limited to FD_SETSIZE like the
+ * plain call. */
 IOF_API int iof_compat_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
 IOF_API int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
                              const struct timespec *timeout,
@@ -125,9 +132,9 @@ IOF_API int iof_compat_epoll_pwait(int epfd, struct epoll_event *events,
 
 /* ---- sleeping and yielding ---------------------------------------------
  * As sleep(3), usleep(3), nanosleep(2), clock_nanosleep(2): in a fiber, the
- * fiber sleeps (iof_sleep_for); never interrupted, so sleep returns 0 and
- * rem is never written (except ECANCELED on a stopped chain: sleep then
- * returns the seconds left). clock_nanosleep handles CLOCK_REALTIME,
+ * fiber sleeps on its io_context's timers. Cut short by EINTR (main, as
+ * above) or ECANCELED (a stopped chain): sleep then returns the seconds
+ * left, nanosleep writes rem. clock_nanosleep handles CLOCK_REALTIME,
  * CLOCK_MONOTONIC (and BOOTTIME/TAI) with or without TIMER_ABSTIME and
  * returns the error number itself, as POSIX says; other clocks pass
  * through. sched_yield(2) in a fiber lets the other ready fibers run. */
@@ -139,6 +146,23 @@ IOF_API int iof_compat_clock_nanosleep(clockid_t clock, int flags,
                                        const struct timespec *req,
                                        struct timespec *rem);
 IOF_API int iof_compat_sched_yield(void);
+
+/* ---- waiting for signals -----------------------------------------------
+ * As sigwait(3), sigwaitinfo(2), sigtimedwait(2): in any fiber, the fiber
+ * waits on a signalfd of the set (which the thread must block, as for the
+ * plain calls) and the signal is taken with a zero-timeout sigtimedwait.
+ * As pause(2) and sigsuspend(2): in the fiber running main, under
+ * libiofiber-hook, the fiber waits until a handler ran (-1, EINTR); a
+ * signal sigsuspend's mask lets in is delivered as by the plain call.
+ * Elsewhere these two are the plain calls and block the thread. */
+IOF_API int iof_compat_sigwait(const sigset_t *set, int *sig);
+#if !defined(__GLIBC__) || defined(__USE_POSIX199309) /* siginfo_t */
+IOF_API int iof_compat_sigwaitinfo(const sigset_t *set, siginfo_t *info);
+IOF_API int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
+                                    const struct timespec *timeout);
+#endif
+IOF_API int iof_compat_pause(void);
+IOF_API int iof_compat_sigsuspend(const sigset_t *mask);
 
 /* ---- fd bookkeeping ----------------------------------------------------
  * close(2), dup(2), dup2(2), dup3(2): closing (or dup2-ing over) an fd

@@ -1,0 +1,229 @@
+/* Signals and the blocking calls of fibers (see signal_internal.h): the
+ * interruption of main's waits, and pause, sigsuspend and the sigwait
+ * family in fibers. */
+#include <iofiber/compat_io.h>
+#include <iofiber/timer.h>
+
+#include "compat/fd_table.h"
+#include "compat/signal_internal.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/signalfd.h>
+
+/* Handler runs, counted: any handler, and those without SA_RESTART. */
+static atomic_uint gen_any, gen_norestart;
+
+/* main's wait. Written by main's fiber, read by on_wake: both on main's io
+ * thread. `waiting` is the one field a handler (any thread) reads. */
+static iof_fiber *_Atomic main_fiber;
+static struct {
+  iof_io_op *op;
+  bool restartable;
+  unsigned snap;
+} mw;
+static atomic_bool waiting;
+
+/* The wake-up of main's io thread: started on the loop of main's first
+ * interruptible wait (unreferenced: it never keeps a loop running). */
+static ev_async wake;
+static struct ev_loop *_Atomic wake_loop;
+
+void iof__compat_set_main(iof_fiber *f) {
+  main_fiber = f;
+}
+
+static unsigned gen_for(bool restartable) {
+  return atomic_load(restartable ? &gen_norestart : &gen_any);
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *w, int revents) {
+  (void)loop;
+  (void)w;
+  (void)revents;
+  /* A stale wake-up finds no wait, or one that began after the handler. */
+  if (mw.op && gen_for(mw.restartable) != mw.snap)
+    (void)iof__io_complete(mw.op, -EINTR);
+}
+
+static void watch(iof_io_context *io) {
+  if (atomic_load(&wake_loop) == io->loop) return;
+  /* A new iof_main: the last loop is gone or no longer main's. */
+  ev_async_init(&wake, on_wake);
+  iof__rt_fd_enter();
+  ev_async_start(io->loop, &wake);
+  iof__rt_fd_leave();
+  ev_unref(io->loop);
+  atomic_store(&wake_loop, io->loop);
+}
+
+bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op, bool restartable) {
+  if (!f || f != main_fiber) return false;
+  watch(iof__compat_io(f));
+  /* waiting before the snapshot: a handler either ran before it (and
+   * does not interrupt this call, as with the kernel) or sees waiting. */
+  atomic_store(&waiting, true);
+  mw.op = op;
+  mw.restartable = restartable;
+  mw.snap = gen_for(restartable);
+  return true;
+}
+
+void iof__compat_intr_leave(bool registered) {
+  if (!registered) return;
+  mw.op = NULL;
+  atomic_store(&waiting, false);
+}
+
+void iof__compat_signal_ran(int sig, int flags) {
+  (void)sig;
+  int saved = errno;
+  atomic_fetch_add(&gen_any, 1);
+  if (!(flags & SA_RESTART)) atomic_fetch_add(&gen_norestart, 1);
+  struct ev_loop *l = atomic_load(&wake_loop);
+  if (l && atomic_load(&waiting)) ev_async_send(l, &wake);
+  errno = saved;
+}
+
+int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns) {
+  if (f != main_fiber && deadline_ns >= 0) {
+    int r = iof_sleep_until(deadline_ns); /* the timers' own order */
+    return r == 0 ? -ETIMEDOUT : r;
+  }
+  iof_io_op op;
+  iof__io_op_init(&op, iof__compat_io(f), NULL, NULL, NULL);
+  bool reg = iof__compat_intr_enter(f, &op, false);
+  int r = iof__io_wait(&op, deadline_ns);
+  iof__compat_intr_leave(reg);
+  return r;
+}
+
+int iof__compat_admit_fd(const sigset_t *mask) {
+  if (!mask) return -1;
+  sigset_t now, in;
+  if (pthread_sigmask(SIG_BLOCK, NULL, &now) != 0) return -1;
+  sigemptyset(&in);
+  bool any = false;
+  for (int s = 1; s < NSIG; s++)
+    if (sigismember(&now, s) == 1 && sigismember(mask, s) == 0 &&
+        s != SIGKILL && s != SIGSTOP) {
+      sigaddset(&in, s);
+      any = true;
+    }
+  return any ? signalfd(-1, &in, SFD_NONBLOCK | SFD_CLOEXEC) : -1;
+}
+
+/* ---- pause, sigsuspend --------------------------------------------------- */
+
+static const struct timespec zero_ts = {0, 0};
+
+/* Both return only when a handler ran: only main's waits learn of that
+ * (from the hook's trampolines), so another fiber, or a program without
+ * the hook, makes the plain call and blocks its thread. */
+int iof_compat_pause(void) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || f != main_fiber || !iof__libc_hooked()) return iof__libc.pause();
+  int r = iof__compat_intr_sleep(f, -1);
+  errno = r == -EINTR ? EINTR : -r;
+  return -1;
+}
+
+int iof_compat_sigsuspend(const sigset_t *mask) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || f != main_fiber || !mask || !iof__libc_hooked())
+    return iof__libc.sigsuspend(mask);
+  for (;;) {
+    /* A signal mask lets in that is pending now: delivered here. */
+    if (iof__libc.pselect(0, NULL, NULL, NULL, &zero_ts, mask) < 0)
+      return -1; /* EINTR: a handler ran */
+    int sfd = iof__compat_admit_fd(mask);
+    int r;
+    if (sfd < 0) {
+      r = iof__compat_intr_sleep(f, -1);
+    } else {
+      iof__fd_wait fw = {0};
+      fw.fd = sfd;
+      fw.events = EV_READ;
+      bool reg = iof__compat_intr_enter(f, &fw.op, false);
+      r = iof__fd_wait_run(&fw, iof__compat_io(f), -1);
+      iof__compat_intr_leave(reg);
+      iof__libc.close(sfd);
+    }
+    if (r < 0) {
+      errno = -r;
+      return -1;
+    }
+  }
+}
+
+/* ---- the sigwait family ------------------------------------------------- */
+
+static bool ts_ok(const struct timespec *ts) {
+  return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000;
+}
+
+/* Waits on a signalfd of set (which the thread blocks, as sigwait needs)
+ * and takes the signal with a zero-timeout sigtimedwait, so the kernel
+ * decides which one, exactly as for the blocking call. */
+int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
+                            const struct timespec *timeout) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || !set ||
+      (timeout && (!ts_ok(timeout) || (!timeout->tv_sec && !timeout->tv_nsec))))
+    return iof__libc.sigtimedwait(set, info, timeout);
+  int64_t deadline = -1;
+  if (timeout) {
+    int64_t now = iof__now_ns();
+    deadline =
+        timeout->tv_sec > (INT64_MAX - now) / 1000000000 - 1
+            ? -1
+            : now + (int64_t)timeout->tv_sec * 1000000000 + timeout->tv_nsec;
+  }
+  int saved = errno;
+  int sfd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (sfd < 0) return iof__libc.sigtimedwait(set, info, timeout);
+  for (;;) {
+    int s = iof__libc.sigtimedwait(set, info, &zero_ts);
+    if (s > 0 || errno != EAGAIN) {
+      int e = errno;
+      iof__libc.close(sfd);
+      errno = s > 0 ? saved : e;
+      return s;
+    }
+    iof__fd_wait fw = {0};
+    fw.fd = sfd;
+    fw.events = EV_READ;
+    bool reg = iof__compat_intr_enter(f, &fw.op, false);
+    int r = iof__fd_wait_run(&fw, iof__compat_io(f), deadline);
+    iof__compat_intr_leave(reg);
+    if (r < 0) {
+      iof__libc.close(sfd);
+      errno = r == -ETIMEDOUT ? EAGAIN : -r;
+      return -1;
+    }
+  }
+}
+
+int iof_compat_sigwaitinfo(const sigset_t *set, siginfo_t *info) {
+  return iof_compat_sigtimedwait(set, info, NULL);
+}
+
+/* sigwait reports no EINTR: a handler run makes it wait again. */
+int iof_compat_sigwait(const sigset_t *set, int *sig) {
+  if (!iof__compat_fiber() || !set || !sig) return iof__libc.sigwait(set, sig);
+  int saved = errno;
+  for (;;) {
+    int s = iof_compat_sigtimedwait(set, NULL, NULL);
+    if (s > 0) {
+      *sig = s;
+      errno = saved;
+      return 0;
+    }
+    if (errno != EINTR) {
+      int e = errno;
+      errno = saved;
+      return e;
+    }
+  }
+}

@@ -1,0 +1,48 @@
+/* Signals and the blocking calls of fibers (signal.c). Not installed.
+ *
+ * The kernel interrupts one thread's blocking call when a handler runs on
+ * it, and for a process-directed signal that is nearly always the main
+ * thread. Here the main thread is the fiber running the program's main
+ * under iof_main, and its blocking calls are fiber waits the kernel never
+ * sees: a handler run (reported by the hook's trampolines) claims main's
+ * current wait with -EINTR instead, through an ev_async on main's
+ * io_context (the one wake-up a handler may send). Calls a blocking form
+ * restarts under SA_RESTART (fd waits without a timeout) are claimed only
+ * by handlers installed without it. */
+#ifndef IOF_COMPAT_SIGNAL_INTERNAL_H
+#define IOF_COMPAT_SIGNAL_INTERNAL_H
+
+#include <signal.h>
+#include <stdbool.h>
+
+#include "io/io_internal.h"
+
+/* The fiber that runs the program's main (NULL: none, or it ended). */
+IOF_HIDDEN void iof__compat_set_main(iof_fiber *f);
+
+/* Around a wait of fiber f on op: when f is main, registers op so that a
+ * handler run after this call claims it with -EINTR (restartable: only a
+ * handler without SA_RESTART). Returns whether it registered; pass that
+ * to iof__compat_intr_leave once the wait returned. */
+IOF_HIDDEN bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op,
+                                       bool restartable);
+IOF_HIDDEN void iof__compat_intr_leave(bool registered);
+
+/* A wait of the calling fiber f on nothing but its deadline (< 0: none,
+ * main only), interruptible as above: -ETIMEDOUT at the deadline, -EINTR,
+ * or -ECANCELED. Another fiber sleeps on the timers as iof_sleep_until. */
+IOF_HIDDEN int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns);
+
+/* For a wait whose signal mask is `mask` (ppoll, pselect, epoll_pwait,
+ * sigsuspend): a signalfd that turns readable while a signal the thread
+ * blocks but `mask` lets in is pending, so that the next check with the
+ * mask delivers it. -1 when there is no such signal (or no fd left: such
+ * a signal then waits for the wait to end). */
+IOF_HIDDEN int iof__compat_admit_fd(const sigset_t *mask);
+
+/* Called by libiofiber-hook's trampolines after a program's handler for
+ * sig returned (flags: the handler's sa_flags). Async-signal-safe; keeps
+ * errno. */
+IOF_API void iof__compat_signal_ran(int sig, int flags);
+
+#endif

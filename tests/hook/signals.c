@@ -1,0 +1,271 @@
+/* Signals and blocking calls under iofiber-run, as a single-threaded or
+ * signal-driven program expects them:
+ * - a handler without SA_RESTART interrupts main's blocking read (EINTR:
+ *   the alarm() timeout idiom); with SA_RESTART the read goes on, while
+ *   poll and nanosleep are interrupted either way (rem written);
+ * - a "thread" (another fiber) blocked in read is not interrupted: the
+ *   kernel picks the main thread for a process-directed signal;
+ * - pause and sigsuspend in main wait for a handler while the other
+ *   threads keep running;
+ * - pselect/ppoll/epoll_pwait whose mask lets in a signal the program
+ *   blocks (make -j and SIGCHLD) end with EINTR when it arrives;
+ * - sigwait and sigtimedwait in a thread leave the io thread to the
+ *   others.
+ * Exit 0: every step right; it prints what failed. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failed;
+#define CHECK(cond, what)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "signals: %s: %s (errno %s)\n", what, #cond,             \
+              strerror(errno));                                                \
+      failed = 1;                                                              \
+    }                                                                          \
+  } while (0)
+
+static volatile sig_atomic_t hits;
+static void on_sig(int s) {
+  (void)s;
+  hits++;
+}
+
+static void handle(int sig, int flags) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sig;
+  sa.sa_flags = flags;
+  sigaction(sig, &sa, NULL);
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int pfd[2];
+
+/* A thread that writes one byte to pfd after ms. */
+static void *late_writer(void *arg) {
+  usleep((useconds_t)(long)arg * 1000);
+  (void)!write(pfd[1], "x", 1);
+  return NULL;
+}
+
+/* A thread that counts while main waits: proof the io thread is free. */
+static atomic_int ticks;
+static atomic_bool stop_ticking;
+static void *ticker(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_ticking)) {
+    usleep(5000);
+    atomic_fetch_add(&ticks, 1);
+  }
+  return NULL;
+}
+
+/* Sends sig to the process after ms. */
+typedef struct {
+  int sig, ms;
+} later;
+static void *kill_later(void *arg) {
+  later *l = arg;
+  usleep((useconds_t)l->ms * 1000);
+  kill(getpid(), l->sig);
+  return NULL;
+}
+
+static void read_interrupted(void) {
+  handle(SIGALRM, 0);
+  char c;
+  int h = hits;
+  double t0 = now();
+  ualarm(50000, 0);
+  ssize_t r = read(pfd[0], &c, 1);
+  CHECK(r == -1 && errno == EINTR, "read, handler without SA_RESTART");
+  CHECK(hits == h + 1 && now() - t0 < 2, "read: one handler run, at once");
+}
+
+static void read_restarted(void) {
+  handle(SIGALRM, SA_RESTART);
+  pthread_t t;
+  pthread_create(&t, NULL, late_writer, (void *)150L);
+  int h = hits;
+  ualarm(50000, 0);
+  char c = 0;
+  ssize_t r = read(pfd[0], &c, 1);
+  CHECK(r == 1 && c == 'x', "read goes on after an SA_RESTART handler");
+  CHECK(hits == h + 1, "read restarted: the handler ran");
+  pthread_join(t, NULL);
+}
+
+static void poll_and_sleep_interrupted(void) {
+  handle(SIGALRM, SA_RESTART); /* never restarts these */
+  struct pollfd p = {pfd[0], POLLIN, 0};
+  ualarm(50000, 0);
+  int r = poll(&p, 1, 5000);
+  CHECK(r == -1 && errno == EINTR, "poll, SA_RESTART handler");
+  struct timespec req = {5, 0}, rem = {0, 0};
+  ualarm(50000, 0);
+  r = nanosleep(&req, &rem);
+  CHECK(r == -1 && errno == EINTR, "nanosleep");
+  CHECK(rem.tv_sec >= 3 && rem.tv_sec <= 4, "nanosleep's rem");
+  ualarm(50000, 0);
+  CHECK(sleep(5) >= 3, "sleep returns the seconds left");
+}
+
+static atomic_int thread_read;
+static void *blocked_reader(void *arg) {
+  (void)arg;
+  char c = 0;
+  ssize_t r = read(pfd[0], &c, 1);
+  atomic_store(&thread_read, r == 1 && c == 'y' ? 1 : -errno);
+  return NULL;
+}
+
+static void thread_not_interrupted(void) {
+  handle(SIGUSR1, 0);
+  pthread_t t;
+  atomic_store(&thread_read, 0);
+  pthread_create(&t, NULL, blocked_reader, NULL);
+  usleep(30000); /* the thread is parked in read */
+  int h = hits;
+  kill(getpid(), SIGUSR1);
+  usleep(30000);
+  CHECK(hits == h + 1, "SIGUSR1 handled");
+  CHECK(atomic_load(&thread_read) == 0, "another thread's read not cut");
+  (void)!write(pfd[1], "y", 1);
+  pthread_join(t, NULL);
+  CHECK(atomic_load(&thread_read) == 1, "the thread's read got its byte");
+}
+
+static void pause_and_sigsuspend(void) {
+  pthread_t tk;
+  atomic_store(&ticks, 0);
+  atomic_store(&stop_ticking, false);
+  pthread_create(&tk, NULL, ticker, NULL);
+  handle(SIGALRM, SA_RESTART);
+  ualarm(100000, 0);
+  int r = pause();
+  CHECK(r == -1 && errno == EINTR, "pause");
+  CHECK(atomic_load(&ticks) >= 3, "other threads ran during pause");
+  /* SIGUSR1 blocked, let in by sigsuspend's mask only. */
+  handle(SIGUSR1, SA_RESTART);
+  sigset_t b, old;
+  sigemptyset(&b);
+  sigaddset(&b, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &b, &old);
+  later l = {SIGUSR1, 80};
+  pthread_t k;
+  pthread_create(&k, NULL, kill_later, &l);
+  int h = hits, t0 = atomic_load(&ticks);
+  r = sigsuspend(&old);
+  CHECK(r == -1 && errno == EINTR && hits == h + 1, "sigsuspend");
+  CHECK(atomic_load(&ticks) >= t0 + 3, "other threads ran in sigsuspend");
+  pthread_join(k, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  atomic_store(&stop_ticking, true);
+  pthread_join(tk, NULL);
+}
+
+/* make -j: SIGCHLD blocked, let in only while it waits in pselect. */
+static void masked_waits(void) {
+  handle(SIGCHLD, SA_RESTART);
+  sigset_t b, old;
+  sigemptyset(&b);
+  sigaddset(&b, SIGCHLD);
+  sigaddset(&b, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &b, &old);
+  pid_t pid = fork();
+  if (pid == 0) {
+    usleep(50000);
+    _exit(0);
+  }
+  fd_set rd;
+  FD_ZERO(&rd);
+  FD_SET(pfd[0], &rd);
+  int h = hits;
+  struct timespec ten = {10, 0};
+  int r = pselect(pfd[0] + 1, &rd, NULL, NULL, &ten, &old);
+  CHECK(r == -1 && errno == EINTR && hits == h + 1, "pselect lets SIGCHLD in");
+  CHECK(waitpid(pid, NULL, 0) == pid, "child reaped");
+
+  handle(SIGUSR2, 0);
+  later l = {SIGUSR2, 50};
+  pthread_t k;
+  pthread_create(&k, NULL, kill_later, &l);
+  struct pollfd p = {pfd[0], POLLIN, 0};
+  h = hits;
+  r = ppoll(&p, 1, &ten, &old);
+  CHECK(r == -1 && errno == EINTR && hits == h + 1, "ppoll lets SIGUSR2 in");
+  pthread_join(k, NULL);
+
+  int ep = epoll_create1(0);
+  struct epoll_event e = {.events = EPOLLIN, .data.fd = pfd[0]};
+  epoll_ctl(ep, EPOLL_CTL_ADD, pfd[0], &e);
+  pthread_create(&k, NULL, kill_later, &l);
+  h = hits;
+  r = epoll_pwait(ep, &e, 1, 10000, &old);
+  CHECK(r == -1 && errno == EINTR && hits == h + 1, "epoll_pwait");
+  pthread_join(k, NULL);
+  close(ep);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static atomic_int waited_sig;
+static void *sig_waiter(void *arg) {
+  sigset_t *set = arg;
+  int sig = 0;
+  if (sigwait(set, &sig) == 0) atomic_store(&waited_sig, sig);
+  return NULL;
+}
+
+static void sigwait_in_thread(void) {
+  sigset_t b, old;
+  sigemptyset(&b);
+  sigaddset(&b, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &b, &old);
+  pthread_t t;
+  atomic_store(&waited_sig, 0);
+  pthread_create(&t, NULL, sig_waiter, &b);
+  usleep(30000); /* main runs while the thread waits */
+  kill(getpid(), SIGUSR2);
+  pthread_join(t, NULL);
+  CHECK(atomic_load(&waited_sig) == SIGUSR2, "sigwait in a thread");
+  struct timespec t100 = {0, 100000000};
+  double t0 = now();
+  int r = sigtimedwait(&b, NULL, &t100);
+  CHECK(r == -1 && errno == EAGAIN && now() - t0 >= 0.09,
+        "sigtimedwait times out");
+  kill(getpid(), SIGUSR2);
+  siginfo_t si;
+  CHECK(sigwaitinfo(&b, &si) == SIGUSR2 && si.si_pid == getpid(),
+        "sigwaitinfo takes a pending signal");
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+int main(void) {
+  if (pipe(pfd) != 0) return 1;
+  read_interrupted();
+  read_restarted();
+  poll_and_sleep_interrupted();
+  thread_not_interrupted();
+  pause_and_sigsuspend();
+  masked_waits();
+  sigwait_in_thread();
+  if (!failed) printf("signals: all steps right\n");
+  return failed;
+}
