@@ -118,9 +118,13 @@ IOF_HIDDEN extern bool iof__compat_forked;
  * runtime made it non-blocking (io.c). */
 IOF_HIDDEN void iof__compat_child_std_blocking(int fd);
 
+/* > 0 while this thread runs a handler installed through compat
+ * (signal.c): its calls are the plain ones, whatever fiber it interrupted. */
+IOF_HIDDEN extern _Thread_local int iof__compat_in_handler;
+
 static inline iof_fiber *iof__compat_fiber(void) {
   iof_thread_state *th = iof__thread_peek();
-  if (!th || iof__compat_forked) return NULL;
+  if (!th || iof__compat_forked || iof__compat_in_handler) return NULL;
   iof_fiber *f = th->current;
   return f != &th->root && f->env ? f : NULL;
 }

@@ -1,6 +1,6 @@
 /* Signals and the blocking calls of fibers (see signal_internal.h): the
- * interruption of main's waits, and pause, sigsuspend and the sigwait
- * family in fibers. */
+ * handlers' trampolines, the interruption of main's waits, and pause,
+ * sigsuspend and the sigwait family in fibers. */
 #include <iofiber/compat_io.h>
 #include <iofiber/timer.h>
 
@@ -114,16 +114,123 @@ int iof__compat_admit_fd(const sigset_t *mask) {
   return any ? signalfd(-1, &in, SFD_NONBLOCK | SFD_CLOEXEC) : -1;
 }
 
+/* ---- handlers --------------------------------------------------------------
+ * Every handler installed through sigaction/signal runs inside a
+ * trampoline that marks the thread as in a handler (its calls are then the
+ * plain, async-signal-safe ones, iof__compat_fiber) and after the handler
+ * reports the run. A handler left with siglongjmp leaves the mark set:
+ * that thread's later calls stay plain (documented). */
+
+_Thread_local int iof__compat_in_handler
+    __attribute__((tls_model("initial-exec")));
+static void *_Atomic user_handler[NSIG];
+static atomic_int user_flags[NSIG]; /* sa_flags, or -1: the runtime's */
+static void (*_Atomic marker)(int);
+
+void iof__compat_handler_marker(void (*mark)(int)) {
+  atomic_store(&marker, mark);
+}
+
+static void enter(void) {
+  iof__compat_in_handler++;
+  void (*m)(int) = atomic_load_explicit(&marker, memory_order_relaxed);
+  if (m) m(1);
+}
+
+static void leave(int sig) {
+  int fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
+  if (fl != -1) iof__compat_signal_ran(sig, fl);
+  void (*m)(int) = atomic_load_explicit(&marker, memory_order_relaxed);
+  if (m) m(-1);
+  iof__compat_in_handler--;
+}
+
+static void tramp_plain(int sig) {
+  void (*h)(int) = (void (*)(int))atomic_load_explicit(&user_handler[sig],
+                                                       memory_order_acquire);
+  enter();
+  if (h) h(sig);
+  leave(sig);
+}
+
+static void tramp_info(int sig, siginfo_t *si, void *uc) {
+  void (*h)(int, siginfo_t *, void *) =
+      (void (*)(int, siginfo_t *, void *))atomic_load_explicit(
+          &user_handler[sig], memory_order_acquire);
+  enter();
+  if (h) h(sig, si, uc);
+  leave(sig);
+}
+
+static bool is_tramp(const struct sigaction *sa) {
+  return (sa->sa_flags & SA_SIGINFO) ? sa->sa_sigaction == tramp_info
+                                     : sa->sa_handler == tramp_plain;
+}
+
+int iof_compat_sigaction(int sig, const struct sigaction *act,
+                         struct sigaction *old) {
+  bool ours = sig > 0 && sig < NSIG;
+  void *prev =
+      ours ? atomic_load_explicit(&user_handler[sig], memory_order_acquire)
+           : NULL;
+  int prev_flags = ours ? atomic_load(&user_flags[sig]) : 0;
+  struct sigaction mine;
+  bool wrapped = false;
+  if (act && ours) {
+    void *h = (act->sa_flags & SA_SIGINFO) ? (void *)act->sa_sigaction
+                                           : (void *)act->sa_handler;
+    if (h != (void *)SIG_DFL && h != (void *)SIG_IGN && h != (void *)SIG_ERR) {
+      mine = *act;
+      if (mine.sa_flags & SA_SIGINFO)
+        mine.sa_sigaction = tramp_info;
+      else
+        mine.sa_handler = tramp_plain;
+      /* libev's handlers (ev_signal) are the runtime's, not the program's:
+       * they interrupt nothing. */
+      atomic_store(&user_flags[sig],
+                   iof__rt_fd_scope() ? -1 : (int)act->sa_flags);
+      atomic_store_explicit(&user_handler[sig], h, memory_order_release);
+      act = &mine;
+      wrapped = true;
+    }
+  }
+  iof__libc_init(); /* a constructor may come first */
+  int r = iof__libc.sigaction(sig, act, old);
+  if (r != 0 && wrapped) {
+    atomic_store(&user_flags[sig], prev_flags);
+    atomic_store_explicit(&user_handler[sig], prev, memory_order_release);
+  }
+  if (r == 0 && old && ours && prev && is_tramp(old)) {
+    if (old->sa_flags & SA_SIGINFO)
+      old->sa_sigaction = (void (*)(int, siginfo_t *, void *))prev;
+    else
+      old->sa_handler = (void (*)(int))prev;
+  }
+  return r;
+}
+
+/* glibc's signal(): BSD semantics (restart, the signal blocked while its
+ * handler runs). */
+iof_compat_sighandler_t iof_compat_signal(int sig, iof_compat_sighandler_t h) {
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = h;
+  sigemptyset(&sa.sa_mask);
+  if (sig > 0 && sig < NSIG) sigaddset(&sa.sa_mask, sig);
+  sa.sa_flags = SA_RESTART;
+  if (iof_compat_sigaction(sig, &sa, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
 /* ---- pause, sigsuspend --------------------------------------------------- */
 
 static const struct timespec zero_ts = {0, 0};
 
-/* Both return only when a handler ran: only main's waits learn of that
- * (from the hook's trampolines), so another fiber, or a program without
- * the hook, makes the plain call and blocks its thread. */
+/* Both return only when a handler ran: only main's waits learn of that,
+ * so another fiber makes the plain call and blocks its thread. */
 int iof_compat_pause(void) {
   iof_fiber *f = iof__compat_fiber();
-  if (!f || f != main_fiber || !iof__libc_hooked()) return iof__libc.pause();
+  if (!f || f != main_fiber) return iof__libc.pause();
   int r = iof__compat_intr_sleep(f, -1);
   errno = r == -EINTR ? EINTR : -r;
   return -1;
@@ -131,8 +238,7 @@ int iof_compat_pause(void) {
 
 int iof_compat_sigsuspend(const sigset_t *mask) {
   iof_fiber *f = iof__compat_fiber();
-  if (!f || f != main_fiber || !mask || !iof__libc_hooked())
-    return iof__libc.sigsuspend(mask);
+  if (!f || f != main_fiber || !mask) return iof__libc.sigsuspend(mask);
   for (;;) {
     /* A signal mask lets in that is pending now: delivered here. */
     if (iof__libc.pselect(0, NULL, NULL, NULL, &zero_ts, mask) < 0)
@@ -211,7 +317,8 @@ int iof_compat_sigwaitinfo(const sigset_t *set, siginfo_t *info) {
 
 /* sigwait reports no EINTR: a handler run makes it wait again. */
 int iof_compat_sigwait(const sigset_t *set, int *sig) {
-  if (!iof__compat_fiber() || !set || !sig) return iof__libc.sigwait(set, sig);
+  if (!set || !sig) return EINVAL; /* glibc's would write through NULL */
+  if (!iof__compat_fiber()) return iof__libc.sigwait(set, sig);
   int saved = errno;
   for (;;) {
     int s = iof_compat_sigtimedwait(set, NULL, NULL);

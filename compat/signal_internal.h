@@ -4,7 +4,8 @@
  * it, and for a process-directed signal that is nearly always the main
  * thread. Here the main thread is the fiber running the program's main
  * under iof_main, and its blocking calls are fiber waits the kernel never
- * sees: a handler run (reported by the hook's trampolines) claims main's
+ * sees: a handler run (reported by the trampolines of handlers installed
+ * through iof_compat_sigaction, which the hook routes there) claims main's
  * current wait with -EINTR instead, through an ev_async on main's
  * io_context (the one wake-up a handler may send). Calls a blocking form
  * restarts under SA_RESTART (fd waits without a timeout) are claimed only
@@ -40,9 +41,12 @@ IOF_HIDDEN int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns);
  * a signal then waits for the wait to end). */
 IOF_HIDDEN int iof__compat_admit_fd(const sigset_t *mask);
 
-/* Called by libiofiber-hook's trampolines after a program's handler for
- * sig returned (flags: the handler's sa_flags). Async-signal-safe; keeps
- * errno. */
-IOF_API void iof__compat_signal_ran(int sig, int flags);
+/* After a program's handler for sig returned (flags: its sa_flags).
+ * Async-signal-safe; keeps errno. */
+IOF_HIDDEN void iof__compat_signal_ran(int sig, int flags);
+
+/* For libiofiber-hook: mark(+1) when a trampoline enters a handler on this
+ * thread, mark(-1) when it leaves (its own in-handler count). */
+IOF_API void iof__compat_handler_marker(void (*mark)(int));
 
 #endif

@@ -90,6 +90,7 @@
      int *))                                                                   \
   X(int, sched_yield, (void))                                                  \
   X(int, pause, (void))                                                        \
+  X(int, sigaction, (int, const struct sigaction *, struct sigaction *))       \
   X(int, sigsuspend, (const sigset_t *))                                       \
   X(int, sigwait, (const sigset_t *, int *))                                   \
   X(int, sigwaitinfo, (const sigset_t *, siginfo_t *))                         \

@@ -68,6 +68,7 @@
 #define gethostbyname_r(...) iof__libc.gethostbyname_r(__VA_ARGS__)
 #define sched_yield(...) iof__libc.sched_yield(__VA_ARGS__)
 #define pause(...) iof__libc.pause(__VA_ARGS__)
+#define sigaction(...) iof__libc.sigaction(__VA_ARGS__)
 #define sigsuspend(...) iof__libc.sigsuspend(__VA_ARGS__)
 #define sigwait(...) iof__libc.sigwait(__VA_ARGS__)
 #define sigwaitinfo(...) iof__libc.sigwaitinfo(__VA_ARGS__)

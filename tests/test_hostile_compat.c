@@ -448,6 +448,57 @@ static void compat_poll_and_sleep_calls(void **state) {
   both_ways(poll_calls);
 }
 
+static void never_runs(int sig) {
+  (void)sig;
+}
+
+static int signal_calls(void *arg) {
+  (void)arg;
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = never_runs;
+  int bad[] = {0, -1, NSIG, INT_MAX, INT_MIN};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK_ERR(iof_compat_sigaction(bad[i], &sa, NULL), EINVAL);
+    CHECK_ERR(iof_compat_sigaction(bad[i], NULL, &old), EINVAL);
+    errno = 0;
+    CHECK_EQ(iof_compat_signal(bad[i], never_runs) == SIG_ERR, 1);
+    CHECK_EQ(errno, EINVAL);
+  }
+  CHECK_ERR(iof_compat_sigaction(SIGKILL, &sa, NULL), EINVAL);
+  CHECK_ERR(iof_compat_sigaction(SIGSTOP, &sa, NULL), EINVAL);
+  /* A refused install leaves the old handler (none) in place. */
+  CHECK_EQ(iof_compat_sigaction(SIGKILL, NULL, &old), 0);
+  CHECK_EQ(old.sa_handler == SIG_DFL, 1);
+  /* Installed and queried: the handler as given, never the trampoline. */
+  CHECK_EQ(iof_compat_sigaction(SIGUSR2, &sa, NULL), 0);
+  CHECK_EQ(iof_compat_sigaction(SIGUSR2, NULL, &old), 0);
+  CHECK_EQ(old.sa_handler == never_runs, 1);
+  CHECK_EQ(iof_compat_signal(SIGUSR2, SIG_DFL) == never_runs, 1);
+  CHECK_EQ(iof_compat_signal(SIGUSR2, SIG_DFL) == SIG_DFL, 1);
+  /* The waits: bad sets, timeouts and outputs. */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR2);
+  struct timespec bad_ts[] = {{0, -1}, {0, 1000000000}, {-1, 0}};
+  for (size_t i = 0; i < sizeof bad_ts / sizeof bad_ts[0]; i++)
+    CHECK_ERR(iof_compat_sigtimedwait(&set, NULL, &bad_ts[i]), EINVAL);
+  CHECK_ERR(iof_compat_sigtimedwait(NULL, NULL, &bad_ts[0]), EFAULT);
+  CHECK_ERR(iof_compat_sigwaitinfo(NULL, NULL), EFAULT);
+  int sig = 0;
+  CHECK_EQ(iof_compat_sigwait(NULL, &sig), EINVAL);
+  CHECK_EQ(iof_compat_sigwait(&set, NULL), EINVAL);
+  CHECK_ERR(iof_compat_sigsuspend(NULL), EFAULT);
+  struct timespec zero = {0, 0};
+  CHECK_ERR(iof_compat_sigtimedwait(&set, NULL, &zero), EAGAIN);
+  return 0;
+}
+
+static void compat_signal_calls(void **state) {
+  (void)state;
+  both_ways(signal_calls);
+}
+
 /* A nanosleep of LONG_MAX seconds in a fiber is a long sleep (cancelled by
  * a stop), not a wrapped, instant one. */
 static int long_nanosleep(void *arg) {
@@ -747,6 +798,7 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_poll_and_sleep_calls, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(compat_signal_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(huge_compat_sleeps_are_long, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(huge_rcvtimeo_waits, reset, disarm),

@@ -927,94 +927,30 @@ IOF_HOOK_API int __ppoll_chk(struct pollfd *p, nfds_t n,
 
 /* ---- signal handlers --------------------------------------------------- */
 
-/* Every handler installed through sigaction/signal runs inside a
- * trampoline that marks the thread as "in a handler" (see in_handler). A
- * handler left with siglongjmp leaves the mark set: that thread's later
- * calls then pass through (documented). After a program's handler (not
- * the runtime's own, installed inside its bracket) the trampoline tells
- * compat, which interrupts main's blocking call as the kernel would. */
-static void *_Atomic user_handler[NSIG];
-static atomic_int user_flags[NSIG]; /* sa_flags, or -1: the runtime's */
+/* compat installs every handler behind a trampoline (compat/signal.c) that
+ * reports the run (main's blocking call gets EINTR) and marks the thread
+ * as in a handler for compat; `mark` keeps the hook's own count for its
+ * routing. Before compat (a weak reference left NULL) the plain call. */
+int iof_compat_sigaction(int sig, const struct sigaction *act,
+                         struct sigaction *old) IOF_HOOK_WEAK;
+sighandler_t iof_compat_signal(int sig, sighandler_t h) IOF_HOOK_WEAK;
+void iof__compat_handler_marker(void (*mark)(int)) IOF_HOOK_WEAK;
 
-void iof__compat_signal_ran(int sig, int flags);
-
-static void ran(int sig) {
-  int fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
-  if (fl != -1) iof__compat_signal_ran(sig, fl);
-}
-
-static void tramp_plain(int sig) {
-  void (*h)(int) = (void (*)(int))atomic_load_explicit(&user_handler[sig],
-                                                       memory_order_acquire);
-  in_handler++;
-  if (h) h(sig);
-  ran(sig);
-  in_handler--;
-}
-
-static void tramp_info(int sig, siginfo_t *si, void *uc) {
-  void (*h)(int, siginfo_t *, void *) =
-      (void (*)(int, siginfo_t *, void *))atomic_load_explicit(
-          &user_handler[sig], memory_order_acquire);
-  in_handler++;
-  if (h) h(sig, si, uc);
-  ran(sig);
-  in_handler--;
-}
-
-static bool is_tramp(const struct sigaction *sa) {
-  return (sa->sa_flags & SA_SIGINFO) ? sa->sa_sigaction == tramp_info
-                                     : sa->sa_handler == tramp_plain;
+static void mark(int delta) {
+  in_handler += delta;
 }
 
 IOF_HOOK_API int sigaction(int sig, const struct sigaction *act,
                            struct sigaction *old) {
-  bool ours = sig > 0 && sig < NSIG;
-  void *prev =
-      ours ? atomic_load_explicit(&user_handler[sig], memory_order_acquire)
-           : NULL;
-  struct sigaction mine;
-  bool wrapped = false;
-  if (act && ours) {
-    void *h = (act->sa_flags & SA_SIGINFO) ? (void *)act->sa_sigaction
-                                           : (void *)act->sa_handler;
-    if (h != (void *)SIG_DFL && h != (void *)SIG_IGN && h != (void *)SIG_ERR) {
-      mine = *act;
-      if (mine.sa_flags & SA_SIGINFO)
-        mine.sa_sigaction = tramp_info;
-      else
-        mine.sa_handler = tramp_plain;
-      atomic_store_explicit(&user_flags[sig],
-                            runtime_scope() ? -1 : (int)act->sa_flags,
-                            memory_order_relaxed);
-      atomic_store_explicit(&user_handler[sig], h, memory_order_release);
-      act = &mine;
-      wrapped = true;
-    }
-  }
-  int r = REAL(sigaction)(sig, act, old);
-  if (r != 0 && wrapped)
-    atomic_store_explicit(&user_handler[sig], prev, memory_order_release);
-  if (r == 0 && old && ours && prev && is_tramp(old)) {
-    if (old->sa_flags & SA_SIGINFO)
-      old->sa_sigaction = (void (*)(int, siginfo_t *, void *))prev;
-    else
-      old->sa_handler = (void (*)(int))prev;
-  }
-  return r;
+  count(H_sigaction, C_PLAIN);
+  if (iof_compat_sigaction) return iof_compat_sigaction(sig, act, old);
+  return REAL(sigaction)(sig, act, old);
 }
 
-/* glibc's signal(): BSD semantics (restart, the signal blocked while its
- * handler runs), built on the wrapping sigaction above. */
 IOF_HOOK_API sighandler_t signal(int sig, sighandler_t h) {
-  struct sigaction sa, old;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = h;
-  sigemptyset(&sa.sa_mask);
-  if (sig > 0 && sig < NSIG) sigaddset(&sa.sa_mask, sig);
-  sa.sa_flags = SA_RESTART;
-  if (sigaction(sig, &sa, &old) != 0) return SIG_ERR;
-  return old.sa_handler;
+  count(H_signal, C_PLAIN);
+  if (iof_compat_signal) return iof_compat_signal(sig, h);
+  return REAL(signal)(sig, h);
 }
 
 /* ---- identity, report ------------------------------------------------- */
@@ -1065,5 +1001,6 @@ __attribute__((constructor)) static void hook_init(void) {
   /* Resolve every pass-through now: a handler's first write must not be
    * the one that calls dlsym (not async-signal-safe). */
   for (int i = 0; i < H_COUNT; i++) (void)real_sym(i);
+  if (iof__compat_handler_marker) iof__compat_handler_marker(mark);
   runtime_ready = true;
 }

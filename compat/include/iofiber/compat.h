@@ -97,6 +97,9 @@
 #define gethostbyname iof_compat_gethostbyname
 #define gethostbyname_r iof_compat_gethostbyname_r
 #define sched_yield iof_compat_sched_yield
+/* Function-like, so that `struct sigaction` keeps its name. */
+#define sigaction(sig, act, old) iof_compat_sigaction(sig, act, old)
+#define signal(sig, h) iof_compat_signal(sig, h)
 #define sigwait iof_compat_sigwait
 #define sigwaitinfo iof_compat_sigwaitinfo
 #define sigtimedwait iof_compat_sigtimedwait

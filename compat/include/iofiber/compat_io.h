@@ -7,11 +7,11 @@
  * io_context); outside a fiber each call is exactly the plain libc call.
  * fds made elsewhere are taken over on first blocking use in a fiber. Every
  * call keeps errno across suspension. EINTR comes only where the kernel
- * would report it to the program's main thread: under libiofiber-hook, a
- * handler run interrupts the blocking call of the fiber running main
- * (iof_main), unless the handler has SA_RESTART and the call is one that
- * flag restarts. A blocking call whose fiber's chain is stopped (stop
- * token, context shutdown) fails with ECANCELED. See docs/porting.md,
+ * would report it to the program's main thread: a handler installed with
+ * iof_compat_sigaction/signal interrupts the blocking call of the fiber
+ * running main (iof_main), unless the handler has SA_RESTART and the call
+ * is one that flag restarts. A blocking call whose fiber's chain is stopped
+ * (stop token, context shutdown) fails with ECANCELED. See docs/porting.md,
  * "What the compat layer covers". */
 #ifndef IOFIBER_COMPAT_IO_H
 #define IOFIBER_COMPAT_IO_H
@@ -37,6 +37,7 @@ extern "C" {
 /* Strict ISO C builds get these headers without the POSIX names below. */
 struct addrinfo;
 struct hostent;
+struct sigaction;
 #ifdef __GLIBC__
 typedef __useconds_t iof_compat_useconds_t;
 #else
@@ -147,12 +148,26 @@ IOF_API int iof_compat_clock_nanosleep(clockid_t clock, int flags,
                                        struct timespec *rem);
 IOF_API int iof_compat_sched_yield(void);
 
+/* ---- signal handlers ---------------------------------------------------
+ * As sigaction(2) and glibc's signal(3) (BSD semantics: SA_RESTART, the
+ * signal blocked in its handler). The handler runs inside a trampoline:
+ * the calls it makes are the plain ones (never a fiber's suspension), and
+ * once it returned, the blocking call of the fiber running main (iof_main)
+ * returns -1 EINTR as a main thread's would, unless the handler has
+ * SA_RESTART and the call is one that flag restarts (see docs/porting.md).
+ * A query returns the handler as given, not the trampoline. */
+typedef void (*iof_compat_sighandler_t)(int);
+IOF_API int iof_compat_sigaction(int sig, const struct sigaction *act,
+                                 struct sigaction *old);
+IOF_API iof_compat_sighandler_t iof_compat_signal(int sig,
+                                                  iof_compat_sighandler_t h);
+
 /* ---- waiting for signals -----------------------------------------------
  * As sigwait(3), sigwaitinfo(2), sigtimedwait(2): in any fiber, the fiber
  * waits on a signalfd of the set (which the thread must block, as for the
  * plain calls) and the signal is taken with a zero-timeout sigtimedwait.
- * As pause(2) and sigsuspend(2): in the fiber running main, under
- * libiofiber-hook, the fiber waits until a handler ran (-1, EINTR); a
+ * As pause(2) and sigsuspend(2): in the fiber running main, the fiber
+ * waits until a handler installed through compat ran (-1, EINTR); a
  * signal sigsuspend's mask lets in is delivered as by the plain call.
  * Elsewhere these two are the plain calls and block the thread. */
 IOF_API int iof_compat_sigwait(const sigset_t *set, int *sig);
