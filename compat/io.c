@@ -404,6 +404,70 @@ ssize_t iof_compat_sendfile(int out_fd, int in_fd, off_t *offset,
   }
 }
 
+/* splice, tee and vmsplice block on a pipe whatever its O_NONBLOCK (only
+ * SPLICE_F_NONBLOCK stops them), so a fiber passes that flag and waits
+ * itself. splice and tee have two fds, either of which may be the one
+ * that stops the call: a zero-timeout poll tells which, and the fiber
+ * waits on it if the runtime made it non-blocking; on a side the user
+ * keeps blocking (or made non-blocking) the plain call decides. */
+typedef struct pair_call {
+  bool tee;
+  int in, out;
+  loff_t *in_off, *out_off;
+  size_t len;
+} pair_call;
+
+static ssize_t pair_do(const pair_call *c, unsigned int flags) {
+  return c->tee ? iof__libc.tee(c->in, c->out, c->len, flags)
+                : iof__libc.splice(c->in, c->in_off, c->out, c->out_off, c->len,
+                                   flags);
+}
+
+static ssize_t pair_blocking(const pair_call *c, unsigned int flags) {
+  iof__fd_op rop, wop;
+  if (flags & SPLICE_F_NONBLOCK) return pair_do(c, flags);
+  bool r_ok = iof__fd_begin(&rop, c->in, EV_READ);
+  bool w_ok = iof__fd_begin(&wop, c->out, EV_WRITE);
+  if (!r_ok && !w_ok) return pair_do(c, flags);
+  for (;;) {
+    ssize_t r = pair_do(c, flags | SPLICE_F_NONBLOCK);
+    if (r >= 0 || errno != EAGAIN) return r;
+    struct pollfd p[2] = {{c->in, POLLIN, 0}, {c->out, POLLOUT, 0}};
+    (void)iof__libc.poll(p, 2, 0);
+    bool in_ready = p[0].revents & (POLLIN | POLLHUP | POLLERR);
+    iof__fd_op *op = !in_ready ? (r_ok ? &rop : NULL) : (w_ok ? &wop : NULL);
+    if (!op) return pair_do(c, flags);
+    errno = EAGAIN;
+    if (!iof__fd_again(op)) return -1;
+  }
+}
+
+ssize_t iof_compat_splice(int in_fd, loff_t *in_off, int out_fd,
+                          loff_t *out_off, size_t len, unsigned int flags) {
+  pair_call c = {false, in_fd, out_fd, in_off, out_off, len};
+  return pair_blocking(&c, flags);
+}
+
+ssize_t iof_compat_tee(int in_fd, int out_fd, size_t len, unsigned int flags) {
+  pair_call c = {true, in_fd, out_fd, NULL, NULL, len};
+  return pair_blocking(&c, flags);
+}
+
+/* vmsplice moves user memory into a pipe's write end or out of its read
+ * end: the fd's access mode says which way it waits. */
+ssize_t iof_compat_vmsplice(int fd, const struct iovec *iov, size_t cnt,
+                            unsigned int flags) {
+  iof__fd_op op;
+  int fl = flags & SPLICE_F_NONBLOCK ? -1 : iof__libc.fcntl(fd, F_GETFL);
+  int ev = fl >= 0 && (fl & O_ACCMODE) == O_RDONLY ? EV_READ : EV_WRITE;
+  if (fl < 0 || !iof__fd_begin(&op, fd, ev))
+    return iof__libc.vmsplice(fd, iov, cnt, flags);
+  for (;;) {
+    ssize_t r = iof__libc.vmsplice(fd, iov, cnt, flags | SPLICE_F_NONBLOCK);
+    if (r >= 0 || !iof__fd_again(&op)) return r;
+  }
+}
+
 /* ---- fd bookkeeping ---------------------------------------------------- */
 
 int iof_compat_close(int fd) {

@@ -56,6 +56,9 @@
     (int, struct mmsghdr *, unsigned int, int, struct timespec *))             \
   X(int, sendmmsg, (int, struct mmsghdr *, unsigned int, int))                 \
   X(ssize_t, sendfile, (int, int, off_t *, size_t))                            \
+  X(ssize_t, splice, (int, loff_t *, int, loff_t *, size_t, unsigned int))     \
+  X(ssize_t, tee, (int, int, size_t, unsigned int))                            \
+  X(ssize_t, vmsplice, (int, const struct iovec *, size_t, unsigned int))      \
   X(int, poll, (struct pollfd *, nfds_t, int))                                 \
   X(int, ppoll,                                                                \
     (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *))      \

@@ -705,6 +705,91 @@ static void test_sendfile_and_mmsg(void **s) {
   close(c.file);
 }
 
+/* splice waits for its input (a socket written late), then tee copies the
+ * pipe without consuming it; vmsplice and splice into a full pipe wait for
+ * room while a drainer fiber runs; SPLICE_F_NONBLOCK still says EAGAIN. */
+typedef struct splice_ctx {
+  int sv[2], b[2], t[2], w[2];
+  ssize_t spliced, teed, vms, full_splice, nb;
+  int nb_err;
+  char from_t[8], from_b[8];
+  size_t drained;
+} splice_ctx;
+
+#define PIPE_ROOM 4096
+
+static int sp_writer(void *arg) {
+  splice_ctx *c = arg;
+  iof_sleep_for(20 * MS); /* the splicer waits for input first */
+  CHECK(iof_compat_write(c->sv[0], "hello", 5) == 5);
+  iof_sleep_for(60 * MS); /* the full-pipe splice below finds input */
+  CHECK(iof_compat_write(c->sv[0], "again", 5) == 5);
+  return 0;
+}
+
+static int sp_splicer(void *arg) {
+  splice_ctx *c = arg;
+  c->nb =
+      iof_compat_splice(c->sv[1], NULL, c->b[1], NULL, 64, SPLICE_F_NONBLOCK);
+  c->nb_err = errno;
+  c->spliced = iof_compat_splice(c->sv[1], NULL, c->b[1], NULL, 64, 0);
+  c->teed = iof_compat_tee(c->b[0], c->t[1], 64, 0);
+  CHECK(iof_compat_read(c->t[0], c->from_t, 5) == 5);
+  CHECK(iof_compat_read(c->b[0], c->from_b, 5) == 5);
+  /* Into a full pipe: vmsplice, then splice, each wait for the drainer. */
+  char fill[PIPE_ROOM];
+  memset(fill, 'f', sizeof fill);
+  CHECK(iof_compat_write(c->w[1], fill, sizeof fill) == PIPE_ROOM);
+  struct iovec v = {fill, 100};
+  c->vms = iof_compat_vmsplice(c->w[1], &v, 1, 0);
+  CHECK(iof_compat_write(c->w[1], fill, PIPE_ROOM - 100) == PIPE_ROOM - 100);
+  c->full_splice = iof_compat_splice(c->sv[1], NULL, c->w[1], NULL, 64, 0);
+  iof_compat_close(c->w[1]);
+  return 0;
+}
+
+static int sp_drainer(void *arg) {
+  splice_ctx *c = arg;
+  char buf[PIPE_ROOM];
+  ssize_t n;
+  iof_sleep_for(40 * MS); /* the vmsplice waits for room first */
+  while ((n = iof_compat_read(c->w[0], buf, sizeof buf)) > 0) {
+    c->drained += (size_t)n;
+    iof_sleep_for(30 * MS); /* and again for the splice */
+  }
+  return 0;
+}
+
+static void test_splice_tee_vmsplice(void **s) {
+  (void)s;
+  splice_ctx c;
+  memset(&c, 0, sizeof c);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.sv), 0);
+  assert_int_equal(iof_compat_pipe(c.b), 0);
+  assert_int_equal(iof_compat_pipe(c.t), 0);
+  assert_int_equal(iof_compat_pipe(c.w), 0);
+  assert_int_equal(fcntl(c.w[1], F_SETPIPE_SZ, PIPE_ROOM), PIPE_ROOM);
+  iof_io_context *io = new_io();
+  launch(io, sp_writer, &c);
+  launch(io, sp_splicer, &c);
+  launch(io, sp_drainer, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(c.nb, -1);
+  assert_int_equal(c.nb_err, EAGAIN);
+  assert_int_equal(c.spliced, 5);
+  assert_int_equal(c.teed, 5);
+  assert_memory_equal(c.from_t, "hello", 5);
+  assert_memory_equal(c.from_b, "hello", 5);
+  assert_int_equal(c.vms, 100);
+  assert_int_equal(c.full_splice, 5);
+  assert_int_equal(c.drained, 2 * PIPE_ROOM + 5);
+  int fds[] = {c.sv[0], c.sv[1], c.b[0], c.b[1], c.t[0], c.t[1], c.w[0]};
+  for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+    iof_compat_close(fds[i]);
+}
+
 /* A non-blocking user's connect keeps EINPROGRESS + SO_ERROR. */
 static int sc_nonblocking_connect(void *arg) {
   int port = *(int *)arg;
@@ -825,6 +910,7 @@ int main(void) {
       T(test_echo_between_fibers),
       T(test_write_all),
       T(test_sendfile_and_mmsg),
+      T(test_splice_tee_vmsplice),
       T(test_nonblocking_connect),
       T(test_close_from_thread),
       T(test_pool_fiber_read_and_close),

@@ -91,6 +91,12 @@
     (fd, v, n, fl))                                                            \
   X(IO, ssize_t, sendfile, (int o, int i, off_t *off, size_t n),               \
     (o, i, off, n))                                                            \
+  X(IO, ssize_t, splice,                                                       \
+    (int i, loff_t *io, int o, loff_t *oo, size_t n, unsigned fl),             \
+    (i, io, o, oo, n, fl))                                                     \
+  X(IO, ssize_t, tee, (int i, int o, size_t n, unsigned fl), (i, o, n, fl))    \
+  X(IO, ssize_t, vmsplice,                                                     \
+    (int fd, const struct iovec *v, size_t n, unsigned fl), (fd, v, n, fl))    \
   X(IO, int, poll, (struct pollfd * p, nfds_t n, int t), (p, n, t))            \
   X(IO, int, ppoll,                                                            \
     (struct pollfd * p, nfds_t n, const struct timespec *t,                    \

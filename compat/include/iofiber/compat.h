@@ -66,6 +66,9 @@
 #ifdef _GNU_SOURCE
 #define recvmmsg iof_compat_recvmmsg
 #define sendmmsg iof_compat_sendmmsg
+#define splice iof_compat_splice
+#define tee iof_compat_tee
+#define vmsplice iof_compat_vmsplice
 #endif
 #define sendfile iof_compat_sendfile
 #ifdef __LP64__

@@ -102,6 +102,20 @@ IOF_API int iof_compat_recvmmsg(int fd, struct mmsghdr *vec, unsigned int n,
                                 int flags, struct timespec *timeout);
 IOF_API int iof_compat_sendmmsg(int fd, struct mmsghdr *vec, unsigned int n,
                                 int flags);
+
+/* splice(2), tee(2), vmsplice(2), under the same rules: as their blocking
+ * forms they wait until some bytes can move and return how many did.
+ * splice and tee wait on whichever side stops them (the input until it has
+ * data, then the output until it has room); SPLICE_F_NONBLOCK, or a
+ * user-non-blocking fd on the side that stops them, gives EAGAIN as the
+ * plain calls do. Errors: -1 and errno as the plain calls. */
+IOF_API ssize_t iof_compat_splice(int in_fd, loff_t *in_off, int out_fd,
+                                  loff_t *out_off, size_t len,
+                                  unsigned int flags);
+IOF_API ssize_t iof_compat_tee(int in_fd, int out_fd, size_t len,
+                               unsigned int flags);
+IOF_API ssize_t iof_compat_vmsplice(int fd, const struct iovec *iov, size_t cnt,
+                                    unsigned int flags);
 #endif
 IOF_API ssize_t iof_compat_sendfile(int out_fd, int in_fd, off_t *offset,
                                     size_t count);
