@@ -14,12 +14,17 @@
  *   hop_2thr_64   64 fibers hopping to a 2-thread pool (vs io_yield_64)
  *
  * Launches: the benchmark's main thread (no fiber) calls iof_run_async for
- * trivial chains 64 at a time and waits until their on_done ran.
+ * trivial chains 64 at a time and waits until their on_done ran, with an
+ * iof_event (the runtime's own wait for a plain thread, which watches its
+ * flag briefly before it sleeps), or with a pthread condition variable.
  *
  *   io_launch     on an io_context, then runs it on the same thread
  *                 (baseline, ns/launch)
- *   launch_1thr   on a 1-thread pool (vs io_launch; target <= 3)
- *   launch_2thr   on a 2-thread pool (vs io_launch)
+ *   launch_1thr   on a 1-thread pool, waiting on an iof_event (vs
+ *                 io_launch; target <= 3)
+ *   launch_1thr_cv  the same, waiting on a condition variable: the
+ *                 sleeping thread's wake-up in every batch (vs io_launch)
+ *   launch_2thr   on a 2-thread pool, iof_event (vs io_launch)
  *
  * The hop's goal is absolute: budget_5us spins for 5 us per operation (not
  * a measurement of the runtime) and hop_1thr_1_vs_5us is hop_1thr_1's
@@ -47,8 +52,10 @@ typedef struct pool_state {
   /* launches */
   atomic_long left; /* chains of the batch whose on_done has not run */
   atomic_int err;
+  bool use_cv; /* wait on cv, not done */
   pthread_mutex_t lock;
   pthread_cond_t cv;
+  iof_event done; /* auto-reset */
   bool sync_init;
 } pool_state;
 
@@ -65,6 +72,7 @@ static void pool_teardown(void *arg) {
   if (st->sync_init) {
     pthread_cond_destroy(&st->cv);
     pthread_mutex_destroy(&st->lock);
+    iof_event_destroy(&st->done);
     st->sync_init = false;
   }
 }
@@ -77,8 +85,10 @@ static int open_contexts(pool_state *st, size_t threads, int nfibers) {
   atomic_init(&st->err, 0);
   pthread_mutex_init(&st->lock, NULL);
   pthread_cond_init(&st->cv, NULL);
+  int rc = iof_event_init(&st->done, false);
+  if (rc < 0) return rc;
   st->sync_init = true;
-  int rc = bench_loop_open(&st->b, 2 * GROUP);
+  rc = bench_loop_open(&st->b, 2 * GROUP);
   if (rc < 0) return rc;
   if (threads == 0) return 0;
   st->pool = iof_thread_pool_create(threads);
@@ -147,6 +157,10 @@ static void launch_done(void *user, int status) {
   pool_state *st = user;
   if (status < 0) atomic_store(&st->err, status);
   if (atomic_fetch_sub(&st->left, 1) == 1) {
+    if (!st->use_cv) {
+      (void)iof_event_set(&st->done);
+      return;
+    }
     pthread_mutex_lock(&st->lock);
     pthread_cond_signal(&st->cv);
     pthread_mutex_unlock(&st->lock);
@@ -191,9 +205,16 @@ static int pool_launch_body(void *arg, uint64_t iters) {
   for (uint64_t done = 0; done < iters;) {
     long n = iters - done < BATCH ? (long)(iters - done) : BATCH;
     int rc = launch_batch(st, st->pool_ex, n);
-    pthread_mutex_lock(&st->lock);
-    while (atomic_load(&st->left) > 0) pthread_cond_wait(&st->cv, &st->lock);
-    pthread_mutex_unlock(&st->lock);
+    if (st->use_cv) {
+      pthread_mutex_lock(&st->lock);
+      while (atomic_load(&st->left) > 0) pthread_cond_wait(&st->cv, &st->lock);
+      pthread_mutex_unlock(&st->lock);
+    } else {
+      while (atomic_load(&st->left) > 0) {
+        int w = iof_event_wait(&st->done);
+        if (w < 0) return w;
+      }
+    }
     if (rc < 0) return rc;
     done += (uint64_t)n;
   }
@@ -204,9 +225,15 @@ static int io_launch_setup(void *arg) {
   return setup_warm(arg, 0, BATCH, io_launch_body);
 }
 static int launch_1thr_setup(void *arg) {
+  ((pool_state *)arg)->use_cv = false;
+  return setup_warm(arg, 1, BATCH, pool_launch_body);
+}
+static int launch_1thr_cv_setup(void *arg) {
+  ((pool_state *)arg)->use_cv = true;
   return setup_warm(arg, 1, BATCH, pool_launch_body);
 }
 static int launch_2thr_setup(void *arg) {
+  ((pool_state *)arg)->use_cv = false;
   return setup_warm(arg, 2, BATCH, pool_launch_body);
 }
 
@@ -241,6 +268,8 @@ int bench_suite_pool(bench_ctx *ctx) {
        .setup = launch_1thr_setup,
        .body = pool_launch_body,
        .teardown = pool_teardown},
+      POOL_CASE("launch_1thr_cv", "ns/launch", "io_launch",
+                launch_1thr_cv_setup, pool_launch_body),
       POOL_CASE("launch_2thr", "ns/launch", "io_launch", launch_2thr_setup,
                 pool_launch_body),
       {.name = "budget_5us", .unit = "ns/hop", .body = budget_body},

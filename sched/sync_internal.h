@@ -52,7 +52,7 @@ enum {
 typedef struct iof__parker {
   pthread_mutex_t m;
   pthread_cond_t c;
-  int flag;
+  atomic_int flag; /* set under m; read by the waiter's spin without it */
 } iof__parker;
 
 typedef struct iof__wait {

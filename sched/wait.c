@@ -61,7 +61,7 @@ void iof__wait_wake(iof__wait *w) {
   }
   iof__parker *p = w->parker;
   pthread_mutex_lock(&p->m);
-  p->flag = 1;
+  atomic_store_explicit(&p->flag, 1, memory_order_release);
   pthread_cond_signal(&p->c);
   pthread_mutex_unlock(&p->m);
 }
@@ -307,13 +307,31 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
 
 /* ---- blocking a thread ------------------------------------------------ */
 
+/* A plain thread waiting for fibers (a launch's result, a fiber's
+ * iof_sem_post) watches its flag for up to IOF_SPIN_NS before it sleeps,
+ * as the pool's threads do, when its recent waits ended that soon. */
+static __thread iof_spin_policy thread_spin
+    __attribute__((tls_model("initial-exec")));
+
+static void spin_for(iof__parker *p) {
+  if (!iof__spin_allowed(&thread_spin)) return;
+  int64_t start = iof__now_ns();
+  bool set = false;
+  for (int i = 1;
+       !(set = atomic_load_explicit(&p->flag, memory_order_acquire)) &&
+       iof__spin_step(start, i);
+       i++) {
+  }
+  iof__spin_result(&thread_spin, set);
+}
+
 static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
                         int64_t deadline_ns) {
   if (deadline_ns >= 0 && iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
   iof__parker p;
   pthread_mutex_init(&p.m, NULL);
   pthread_cond_init(&p.c, NULL);
-  p.flag = 0;
+  atomic_init(&p.flag, 0);
   w->fiber = NULL;
   w->parker = &p;
   w->timer_armed = false;
@@ -326,8 +344,12 @@ static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
     w->timer_armed = r == 0;
   }
   if (r == 0 && begin(op, w)) {
+    spin_for(&p);
+    /* Taken even when the spin saw the flag: the waker may still be in
+     * its critical section, and p is about to go. */
     pthread_mutex_lock(&p.m);
-    while (!p.flag) pthread_cond_wait(&p.c, &p.m);
+    while (!atomic_load_explicit(&p.flag, memory_order_relaxed))
+      pthread_cond_wait(&p.c, &p.m);
     pthread_mutex_unlock(&p.m);
   }
   /* Waits for a fire in progress: it may still be signalling p. */
