@@ -279,8 +279,8 @@ int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns) {
   /* A timeout on the socket makes the call one SA_RESTART does not
    * restart. */
   bool reg = iof__compat_intr_enter(op->fiber, &w.fw.op, deadline_ns < 0);
-  int r = iof__fd_wait_run(&w.fw, iof__compat_io(op->fiber), deadline_ns);
-  iof__compat_intr_leave(reg);
+  int r = iof__compat_intr_leave(
+      reg, iof__fd_wait_run(&w.fw, iof__compat_io(op->fiber), deadline_ns));
   if (r == 0 &&
       atomic_load_explicit(&op->slot->gen, memory_order_acquire) != op->gen)
     r = -EBADF; /* closed (and maybe reused) while the wait ended */
@@ -311,7 +311,6 @@ int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns) {
   fw.fd = fd;
   fw.events = events;
   bool reg = iof__compat_intr_enter(f, &fw.op, false);
-  int r = iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns);
-  iof__compat_intr_leave(reg);
-  return r;
+  return iof__compat_intr_leave(
+      reg, iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns));
 }

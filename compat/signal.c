@@ -21,9 +21,16 @@ static iof_fiber *_Atomic main_fiber;
 static struct {
   iof_io_op *op;
   bool restartable;
-  unsigned snap;
+  unsigned snap_any, snap_norestart;
 } mw;
 static atomic_bool waiting;
+
+/* Handlers deferred to main (see run_deferred), per signal: 0 none, 1
+ * being recorded or taken, 2 ready with its siginfo. A second delivery
+ * while one waits merges with it, as a pending standard signal does. */
+static atomic_int deferred[NSIG];
+static siginfo_t deferred_info[NSIG];
+static void run_deferred(void);
 
 /* The wake-up of main's io thread: started on the loop of main's first
  * interruptible wait (unreferenced: it never keeps a loop running). */
@@ -42,8 +49,10 @@ static void on_wake(struct ev_loop *loop, ev_async *w, int revents) {
   (void)loop;
   (void)w;
   (void)revents;
-  /* A stale wake-up finds no wait, or one that began after the handler. */
-  if (mw.op && gen_for(mw.restartable) != mw.snap)
+  /* A stale wake-up finds no wait, or one that began after the handler.
+   * Any handler ends the wait: a deferred one must run now, and
+   * iof__compat_intr_leave decides between EINTR and a restart. */
+  if (mw.op && atomic_load(&gen_any) != mw.snap_any)
     (void)iof__io_complete(mw.op, -EINTR);
 }
 
@@ -66,14 +75,23 @@ bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op, bool restartable) {
   atomic_store(&waiting, true);
   mw.op = op;
   mw.restartable = restartable;
-  mw.snap = gen_for(restartable);
+  mw.snap_any = atomic_load(&gen_any);
+  mw.snap_norestart = atomic_load(&gen_norestart);
   return true;
 }
 
-void iof__compat_intr_leave(bool registered) {
-  if (!registered) return;
+int iof__compat_intr_leave(bool registered, int r) {
+  if (!registered) return r;
+  bool restartable = mw.restartable;
+  unsigned snap = restartable ? mw.snap_norestart : mw.snap_any;
   mw.op = NULL;
+  /* Cleared before the deferred handlers are taken: a handler now either
+   * finds main not waiting and runs where it is, or is taken here. */
   atomic_store(&waiting, false);
+  run_deferred();
+  if (r == -EINTR && gen_for(restartable) == snap)
+    return 0; /* only SA_RESTART handlers: the call goes on */
+  return r;
 }
 
 void iof__compat_signal_ran(int sig, int flags) {
@@ -94,9 +112,7 @@ int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns) {
   iof_io_op op;
   iof__io_op_init(&op, iof__compat_io(f), NULL, NULL, NULL);
   bool reg = iof__compat_intr_enter(f, &op, false);
-  int r = iof__io_wait(&op, deadline_ns);
-  iof__compat_intr_leave(reg);
-  return r;
+  return iof__compat_intr_leave(reg, iof__io_wait(&op, deadline_ns));
 }
 
 int iof__compat_admit_fd(const sigset_t *mask) {
@@ -125,6 +141,7 @@ _Thread_local int iof__compat_in_handler
     __attribute__((tls_model("initial-exec")));
 static void *_Atomic user_handler[NSIG];
 static atomic_int user_flags[NSIG]; /* sa_flags, or -1: the runtime's */
+static sigset_t user_mask[NSIG];    /* sa_mask, for a deferred run */
 static void (*_Atomic marker)(int);
 
 void iof__compat_handler_marker(void (*mark)(int)) {
@@ -145,7 +162,37 @@ static void leave(int sig) {
   iof__compat_in_handler--;
 }
 
+/* A handler for main, while main waits in a compat call, runs in main
+ * once its wait has ended (iof__compat_intr_leave), as the kernel runs a
+ * handler in the thread whose system call it interrupts: not on whatever
+ * stack the signal found (the event loop's, another fiber's), so that a
+ * siglongjmp out of it lands in main's own frames. Faults and abort()
+ * run at once. True when deferred. */
+static bool defer(int sig, const siginfo_t *si) {
+  if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL ||
+      sig == SIGTRAP || sig == SIGSYS || sig == SIGABRT)
+    return false;
+  int fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
+  if (fl == -1 || !atomic_load(&waiting)) return false;
+  int none = 0;
+  if (!atomic_compare_exchange_strong(&deferred[sig], &none, 1))
+    return true; /* merged with the one waiting */
+  if (si) {
+    deferred_info[sig] = *si;
+  } else {
+    memset(&deferred_info[sig], 0, sizeof deferred_info[sig]);
+    deferred_info[sig].si_signo = sig;
+  }
+  atomic_store(&deferred[sig], 2);
+  iof__compat_signal_ran(sig, fl);
+  if (atomic_load(&waiting)) return true;
+  /* main left its wait meanwhile: whoever takes the record runs it. */
+  int ready = 2;
+  return !atomic_compare_exchange_strong(&deferred[sig], &ready, 0);
+}
+
 static void tramp_plain(int sig) {
+  if (defer(sig, NULL)) return;
   void (*h)(int) = (void (*)(int))atomic_load_explicit(&user_handler[sig],
                                                        memory_order_acquire);
   enter();
@@ -154,12 +201,41 @@ static void tramp_plain(int sig) {
 }
 
 static void tramp_info(int sig, siginfo_t *si, void *uc) {
+  if (defer(sig, si)) return;
   void (*h)(int, siginfo_t *, void *) =
       (void (*)(int, siginfo_t *, void *))atomic_load_explicit(
           &user_handler[sig], memory_order_acquire);
   enter();
   if (h) h(sig, si, uc);
   leave(sig);
+}
+
+/* In main, after its wait: the deferred handlers, each with its sa_mask
+ * (and itself, unless SA_NODEFER) blocked as the kernel would. They run in
+ * plain fiber context, so their calls may even suspend; one that leaves
+ * with siglongjmp restores the mask its sigsetjmp saved. ucontext is
+ * NULL: there is no interrupted machine context to show. */
+static void run_deferred(void) {
+  for (int s = 1; s < NSIG; s++) {
+    if (atomic_load_explicit(&deferred[s], memory_order_relaxed) != 2) continue;
+    int ready = 2;
+    if (!atomic_compare_exchange_strong(&deferred[s], &ready, 1)) continue;
+    siginfo_t si = deferred_info[s];
+    atomic_store(&deferred[s], 0);
+    void *h = atomic_load_explicit(&user_handler[s], memory_order_acquire);
+    int fl = atomic_load_explicit(&user_flags[s], memory_order_relaxed);
+    if (!h || fl == -1) continue;
+    sigset_t m = user_mask[s], old;
+    if (!(fl & SA_NODEFER)) sigaddset(&m, s);
+    pthread_sigmask(SIG_BLOCK, &m, &old);
+    int e = errno;
+    if (fl & SA_SIGINFO)
+      ((void (*)(int, siginfo_t *, void *))h)(s, &si, NULL);
+    else
+      ((void (*)(int))h)(s);
+    errno = e;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
 }
 
 static bool is_tramp(const struct sigaction *sa) {
@@ -187,6 +263,7 @@ int iof_compat_sigaction(int sig, const struct sigaction *act,
         mine.sa_handler = tramp_plain;
       /* libev's handlers (ev_signal) are the runtime's, not the program's:
        * they interrupt nothing. */
+      user_mask[sig] = act->sa_mask;
       atomic_store(&user_flags[sig],
                    iof__rt_fd_scope() ? -1 : (int)act->sa_flags);
       atomic_store_explicit(&user_handler[sig], h, memory_order_release);
@@ -252,8 +329,8 @@ int iof_compat_sigsuspend(const sigset_t *mask) {
       fw.fd = sfd;
       fw.events = EV_READ;
       bool reg = iof__compat_intr_enter(f, &fw.op, false);
-      r = iof__fd_wait_run(&fw, iof__compat_io(f), -1);
-      iof__compat_intr_leave(reg);
+      r = iof__compat_intr_leave(reg,
+                                 iof__fd_wait_run(&fw, iof__compat_io(f), -1));
       iof__libc.close(sfd);
     }
     if (r < 0) {
@@ -301,8 +378,8 @@ int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
     fw.fd = sfd;
     fw.events = EV_READ;
     bool reg = iof__compat_intr_enter(f, &fw.op, false);
-    int r = iof__fd_wait_run(&fw, iof__compat_io(f), deadline);
-    iof__compat_intr_leave(reg);
+    int r = iof__compat_intr_leave(
+        reg, iof__fd_wait_run(&fw, iof__compat_io(f), deadline));
     if (r < 0) {
       iof__libc.close(sfd);
       errno = r == -ETIMEDOUT ? EAGAIN : -r;

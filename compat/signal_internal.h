@@ -22,12 +22,14 @@
 IOF_HIDDEN void iof__compat_set_main(iof_fiber *f);
 
 /* Around a wait of fiber f on op: when f is main, registers op so that a
- * handler run after this call claims it with -EINTR (restartable: only a
- * handler without SA_RESTART). Returns whether it registered; pass that
- * to iof__compat_intr_leave once the wait returned. */
+ * handler run after this call claims it with -EINTR. Returns whether it
+ * registered; pass that and the wait's result r to iof__compat_intr_leave
+ * once the wait returned. leave runs the handlers deferred to main and
+ * returns r, or 0 (go on: try the call again) for an EINTR that only
+ * SA_RESTART handlers caused when the wait is restartable. */
 IOF_HIDDEN bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op,
                                        bool restartable);
-IOF_HIDDEN void iof__compat_intr_leave(bool registered);
+IOF_HIDDEN int iof__compat_intr_leave(bool registered, int r);
 
 /* A wait of the calling fiber f on nothing but its deadline (< 0: none,
  * main only), interruptible as above: -ETIMEDOUT at the deadline, -EINTR,

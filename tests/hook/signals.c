@@ -10,10 +10,15 @@
  * - pselect/ppoll/epoll_pwait whose mask lets in a signal the program
  *   blocks (make -j and SIGCHLD) end with EINTR when it arrives;
  * - sigwait and sigtimedwait in a thread leave the io thread to the
- *   others.
+ *   others;
+ * - the alarm() + siglongjmp timeout idiom around a blocking read, while
+ *   other threads run: the handler runs in main (as in the thread whose
+ *   call it interrupts), so the jump lands in main's frames and main's
+ *   later calls still suspend only main.
  * Exit 0: every step right; it prints what failed. */
 #include <errno.h>
 #include <poll.h>
+#include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -257,6 +262,46 @@ static void sigwait_in_thread(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+static sigjmp_buf jump_env;
+static void jump_out(int s) {
+  (void)s;
+  siglongjmp(jump_env, 1);
+}
+
+static void alarm_longjmp(void) {
+  pthread_t tk;
+  atomic_store(&ticks, 0);
+  atomic_store(&stop_ticking, false);
+  pthread_create(&tk, NULL, ticker, NULL);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = jump_out;
+  sigaction(SIGALRM, &sa, NULL);
+  int timeouts = 0;
+  for (int i = 0; i < 3; i++) {
+    volatile int jumped = 0;
+    if (sigsetjmp(jump_env, 1) == 0) {
+      ualarm(30000, 0);
+      char c;
+      (void)!read(pfd[0], &c, 1);
+    } else {
+      jumped = 1;
+    }
+    timeouts += jumped;
+  }
+  CHECK(timeouts == 3, "three reads timed out through siglongjmp");
+  int t0 = atomic_load(&ticks);
+  usleep(50000); /* main sleeps on its fiber; the ticker goes on */
+  CHECK(atomic_load(&ticks) >= t0 + 3, "the threads run after the jumps");
+  atomic_store(&stop_ticking, true);
+  pthread_join(tk, NULL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, NULL, &now);
+  CHECK(sigismember(&now, SIGALRM) == 0, "SIGALRM unblocked after the jump");
+}
+
 int main(void) {
   if (pipe(pfd) != 0) return 1;
   read_interrupted();
@@ -266,6 +311,7 @@ int main(void) {
   pause_and_sigsuspend();
   masked_waits();
   sigwait_in_thread();
+  alarm_longjmp();
   if (!failed) printf("signals: all steps right\n");
   return failed;
 }
