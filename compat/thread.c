@@ -231,12 +231,10 @@ void iof_compat_pthread_exit(void *retval) {
   }
   iof_thread_state *th = iof__thread_peek();
   if (!th || th->current == &th->root) iof__libc.pthread_exit(retval);
-  /* A fiber that is no fiber thread has no thread to end, and
-   * pthread_exit cannot return. */
-  fputs("iofiber: pthread_exit called in a fiber that pthread_create did "
-        "not start\n",
-        stderr);
-  abort();
+  /* A fiber that pthread_create did not start ends as if its function had
+   * returned 0 (pthread_exit cannot return, and the OS thread is not the
+   * caller's to end). */
+  iof__chain_exit(th->current, 0);
 }
 
 /* ---- calls that take a pthread_t ------------------------------------ */

@@ -329,6 +329,16 @@ static inline int switch_to(iof_thread_state *th, iof_fiber *from,
 }
 #endif
 
+void iof__fiber_exit(int status) {
+  iof_thread_state *th = iof__thread();
+  iof_fiber *self = th->current;
+  self->status = status;
+  if (self->fls) iof__fls_run_destructors(self);
+  th = iof__thread();
+  switch_to(th, self, self->resumer, SW_EXIT, NULL, NULL);
+  __builtin_unreachable();
+}
+
 static void fiber_entry(iof_transfer t) {
 #if defined(__x86_64__) && defined(__GCC_HAVE_DWARF2_CFI_ASM)
   /* The outermost frame of a fiber's stack: debuggers and unwinders stop

@@ -134,6 +134,11 @@ IOF_HIDDEN iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc,
 /* Frees the frame (no state checks). */
 IOF_HIDDEN void iof__fiber_free(iof_fiber *f);
 
+/* Ends the running fiber (not a thread's root) here, as if its function
+ * had returned status: fiber-local destructors run, the stack is left as
+ * it is (no unwinding, as pthread_exit in C), the resumer continues. */
+IOF_HIDDEN __attribute__((noreturn)) void iof__fiber_exit(int status);
+
 /* Overflow reporting (overflow.c): installs the SIGSEGV handler once and
  * gives the calling thread an alternate signal stack. */
 IOF_HIDDEN void iof__overflow_thread_init(void);

@@ -69,6 +69,15 @@ static void chain_exit(iof_fiber *f) {
   iof_executor_on_work_finished(ex);
 }
 
+void iof__chain_exit(iof_fiber *self, int status) {
+  if (self->on_exit == chain_exit) {
+    iof_chain *c = self->sched;
+    c->status = status;
+    if (c->on_done) c->on_done(c->user, status);
+  }
+  iof__fiber_exit(status);
+}
+
 bool iof__chain_cancel(iof_fiber *f) {
   if (f->state != IOF_FS_CREATED || f->on_exit != chain_exit) return false;
   iof_chain *c = f->sched;

@@ -143,6 +143,11 @@ IOF_HIDDEN bool iof__refuse_after_shutdown(const iof_execution_context *ctx,
  * fiber (not launched by iof_run_async), which the caller must leave be. */
 IOF_HIDDEN bool iof__chain_cancel(iof_fiber *f);
 
+/* Ends the running fiber self where it is, as if its function returned
+ * status: a chain's on_done runs, then iof__fiber_exit. */
+IOF_HIDDEN __attribute__((noreturn)) void iof__chain_exit(iof_fiber *self,
+                                                          int status);
+
 /* Releases the strand held by f (the switch-out hook of strands). */
 IOF_HIDDEN void iof__strand_release(iof_fiber *f);
 

@@ -796,6 +796,71 @@ static void test_main_pthread_exit(void **state) {
   assert_no_failures();
 }
 
+/* pthread_exit in a fiber that pthread_create did not start (a launched
+ * chain, a raw fiber): it ends there as if its function returned 0, with
+ * its fiber-local destructors run and on_done called; nothing after the
+ * call runs, and the io_context's run ends (its work was released). */
+static atomic_int after_exit, fls_freed, chain_status = 99;
+
+static void fls_dtor(void *v) {
+  (void)v;
+  atomic_fetch_add(&fls_freed, 1);
+}
+
+static void deep(int n) {
+  if (n < 0) return;
+  if (n == 0) iof_compat_pthread_exit(NULL);
+  deep(n - 1);
+  atomic_store(&after_exit, 1);
+}
+
+static int exiting_chain(void *arg) {
+  iof_fls_key *key = arg;
+  CHECK(iof_fls_set(*key, (void *)1) == 0);
+  iof_yield();
+  deep(20);
+  atomic_store(&after_exit, 1);
+  return 7;
+}
+
+static void on_chain_done(void *user, int status) {
+  (void)user;
+  atomic_store(&chain_status, status);
+}
+
+static int exiting_raw(void *arg) {
+  (void)arg;
+  iof_compat_pthread_exit(NULL);
+  atomic_store(&after_exit, 1);
+  return 5;
+}
+
+static void test_pthread_exit_in_plain_fiber(void **state) {
+  (void)state;
+  iof_fls_key key;
+  assert_int_equal(iof_fls_key_create(&key, fls_dtor), 0);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_launch_opts o = {0};
+  o.on_done = on_chain_done;
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(
+        iof_run_async(iof_io_context_executor(io), &o, exiting_chain, &key), 0);
+  assert_true(iof_io_context_run(io) >= 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&chain_status), 0);
+  assert_int_equal(atomic_load(&fls_freed), 3);
+  /* A raw fiber: resume returns when it exits. */
+  iof_fiber *f = iof_fiber_create(NULL, 0, exiting_raw, NULL);
+  assert_non_null(f);
+  assert_int_equal(iof_fiber_resume(f), 0);
+  assert_int_equal(iof_fiber_status(f), 0);
+  assert_int_equal(iof_fiber_destroy(f), 0);
+  assert_int_equal(atomic_load(&after_exit), 0);
+  assert_int_equal(iof_fls_key_delete(key), 0);
+  assert_no_failures();
+}
+
 /* Several io_contexts: new threads are spread over the OS threads. */
 static _Atomic long tids[4];
 static void *where(void *arg) {
@@ -1033,6 +1098,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_unjoined_threads_free_stacks, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_main_pthread_exit, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pthread_exit_in_plain_fiber, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_main_threads_option, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_main_exit_paths, setup, teardown),

@@ -67,8 +67,9 @@ IOF_API pthread_t iof_compat_pthread_self(void);
 IOF_API int iof_compat_pthread_equal(pthread_t a, pthread_t b);
 
 /* Ends the calling fiber thread with retval (key destructors run, the
- * stack is returned); the real call on a plain thread. In a fiber that is
- * not a fiber thread it reports the misuse on stderr and aborts. */
+ * stack is returned); the real call on a plain thread. A fiber that is
+ * not a fiber thread (a launched chain, a raw fiber) ends there as if its
+ * function had returned 0: fiber-local destructors and on_done run. */
 IOF_API void iof_compat_pthread_exit(void *retval) __attribute__((noreturn));
 
 #ifdef IOF__COMPAT_GNU
