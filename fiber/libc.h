@@ -26,6 +26,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -93,6 +95,10 @@
      int *))                                                                   \
   X(int, sched_yield, (void))                                                  \
   X(int, pause, (void))                                                        \
+  X(pid_t, waitpid, (pid_t, int *, int))                                       \
+  X(pid_t, wait, (int *))                                                      \
+  X(pid_t, wait4, (pid_t, int *, int, struct rusage *))                        \
+  X(int, waitid, (idtype_t, id_t, siginfo_t *, int))                           \
   X(int, sigaction, (int, const struct sigaction *, struct sigaction *))       \
   X(int, sigsuspend, (const sigset_t *))                                       \
   X(int, sigwait, (const sigset_t *, int *))                                   \

@@ -28,6 +28,7 @@
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -499,6 +500,27 @@ static void compat_signal_calls(void **state) {
   both_ways(signal_calls);
 }
 
+/* Child waits with no child, a stranger's pid, bad options and types. */
+static int process_calls(void *arg) {
+  (void)arg;
+  siginfo_t si;
+  CHECK_ERR(iof_compat_waitpid(-1, NULL, 0), ECHILD);
+  CHECK_ERR(iof_compat_waitpid(1, NULL, 0), ECHILD);
+  CHECK_ERR(iof_compat_waitpid(INT_MIN, NULL, 0), ESRCH);
+  CHECK_ERR(iof_compat_waitpid(-1, NULL, 0x100), EINVAL);
+  CHECK_ERR(iof_compat_wait(NULL), ECHILD);
+  CHECK_ERR(iof_compat_wait4(-1, NULL, 0x100, NULL), EINVAL);
+  CHECK_ERR(iof_compat_waitid((idtype_t)99, 0, &si, WEXITED), EINVAL);
+  CHECK_ERR(iof_compat_waitid(P_ALL, 0, &si, 0), EINVAL);
+  CHECK_ERR(iof_compat_waitid(P_PID, 1, &si, WEXITED), ECHILD);
+  return 0;
+}
+
+static void compat_process_calls(void **state) {
+  (void)state;
+  both_ways(process_calls);
+}
+
 /* A nanosleep of LONG_MAX seconds in a fiber is a long sleep (cancelled by
  * a stop), not a wrapped, instant one. */
 static int long_nanosleep(void *arg) {
@@ -799,6 +821,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_poll_and_sleep_calls, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_signal_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_process_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(huge_compat_sleeps_are_long, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(huge_rcvtimeo_waits, reset, disarm),

@@ -210,10 +210,11 @@
     (fd, b, n, o))                                                             \
   X(CNT, ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o),      \
     (fd, b, n, o))                                                             \
-  X(CNT, pid_t, waitpid, (pid_t p, int *s, int o), (p, s, o))                  \
-  X(CNT, pid_t, wait, (int *s), (s))                                           \
-  X(CNT, int, waitid, (idtype_t t, id_t i, siginfo_t * s, int o),              \
-    (t, i, s, o))                                                              \
+  X(IO, pid_t, waitpid, (pid_t p, int *s, int o), (p, s, o))                   \
+  X(IO, pid_t, wait, (int *s), (s))                                            \
+  X(IO, pid_t, wait4, (pid_t p, int *s, int o, struct rusage *r),              \
+    (p, s, o, r))                                                              \
+  X(IO, int, waitid, (idtype_t t, id_t i, siginfo_t * s, int o), (t, i, s, o)) \
   X(CNT, int, flock, (int fd, int op), (fd, op))                               \
   X(CNT, int, fsync, (int fd), (fd))                                           \
   X(CNT, int, fdatasync, (int fd), (fd))                                       \

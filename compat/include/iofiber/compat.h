@@ -33,6 +33,7 @@
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,6 +105,10 @@
 #define sigaction(sig, act, old) iof_compat_sigaction(sig, act, old)
 #define signal(sig, h) iof_compat_signal(sig, h)
 #define sigwait iof_compat_sigwait
+#define waitpid iof_compat_waitpid
+#define wait(status) iof_compat_wait(status) /* not `union wait` */
+#define wait4 iof_compat_wait4
+#define waitid iof_compat_waitid
 #define sigwaitinfo iof_compat_sigwaitinfo
 #define sigtimedwait iof_compat_sigtimedwait
 #define pause iof_compat_pause

@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +162,24 @@ IOF_API int iof_compat_clock_nanosleep(clockid_t clock, int flags,
                                        const struct timespec *req,
                                        struct timespec *rem);
 IOF_API int iof_compat_sched_yield(void);
+
+/* ---- child processes ---------------------------------------------------
+ * As waitpid(2), wait(2), wait4(2), waitid(2): in a fiber the fiber, not
+ * its thread, waits; the result is the kernel's (the call with WNOHANG,
+ * made again whenever the child may have changed state). A wait for one
+ * child's exit waits on a pidfd of it; other waits (any child, a process
+ * group, stops and continues) check again after a pause growing from 1 to
+ * 20 ms. WNOHANG calls and calls outside fibers are the plain ones. */
+struct rusage;
+IOF_API pid_t iof_compat_waitpid(pid_t pid, int *status, int options);
+IOF_API pid_t iof_compat_wait(int *status);
+IOF_API pid_t iof_compat_wait4(pid_t pid, int *status, int options,
+                               struct rusage *ru);
+#if !defined(__GLIBC__) || defined(__USE_XOPEN_EXTENDED) ||                    \
+    defined(__USE_XOPEN2K8) /* idtype_t, siginfo_t */
+IOF_API int iof_compat_waitid(idtype_t type, id_t id, siginfo_t *info,
+                              int options);
+#endif
 
 /* ---- signal handlers ---------------------------------------------------
  * As sigaction(2) and glibc's signal(3) (BSD semantics: SA_RESTART, the

@@ -1,0 +1,144 @@
+/* waitpid, wait, wait4 and waitid in fibers: the fiber, not its thread,
+ * waits for a child. The answer always comes from the kernel (the call
+ * with WNOHANG); between two checks the fiber waits on a pidfd of the
+ * child when there is one child to wait for and only its exit matters (a
+ * pidfd turns readable when the process exits), else it checks again
+ * after a pause that grows from 1 to 20 ms. A blocking wait for a child is
+ * restarted under SA_RESTART, so main's wait is restartable
+ * (signal_internal.h). */
+#include <iofiber/compat_io.h>
+
+#include "compat/fd_table.h"
+#include "compat/signal_internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PAUSE_MIN_NS 1000000LL
+#define PAUSE_MAX_NS 20000000LL
+
+/* A pidfd for pid, or -1 (none: an old kernel, not a child, any child). */
+static int child_fd(idtype_t type, id_t id, int options) {
+#ifdef SYS_pidfd_open
+  if (type == P_PID && id > 0 && !(options & (WUNTRACED | WCONTINUED)) &&
+      !(options & WSTOPPED))
+    return (int)syscall(SYS_pidfd_open, (pid_t)id, 0);
+#endif
+  (void)type;
+  (void)id;
+  (void)options;
+  return -1;
+}
+
+/* One wait between two checks: 0 (check again) or -errno. */
+static int wait_between(iof_fiber *f, int pfd, int64_t *pause_ns) {
+  iof_io_context *io = iof__compat_io(f);
+  if (pfd >= 0) {
+    iof__fd_wait fw = {0};
+    fw.fd = pfd;
+    fw.events = EV_READ;
+    bool reg = iof__compat_intr_enter(f, &fw.op, true);
+    return iof__compat_intr_leave(reg, iof__fd_wait_run(&fw, io, -1));
+  }
+  iof_io_op op;
+  iof__io_op_init(&op, io, NULL, NULL, NULL);
+  bool reg = iof__compat_intr_enter(f, &op, true);
+  int r =
+      iof__compat_intr_leave(reg, iof__io_wait(&op, iof__now_ns() + *pause_ns));
+  if (*pause_ns < PAUSE_MAX_NS) *pause_ns *= 2;
+  return r == -ETIMEDOUT ? 0 : r;
+}
+
+/* The loop shared by the four calls: check(arg) is the call with WNOHANG,
+ * > 0 (or < 0 with errno) when it has an answer, 0 when the child is still
+ * running. */
+static long wait_loop(iof_fiber *f, idtype_t type, id_t id, int options,
+                      long (*check)(void *), void *arg) {
+  int saved = errno;
+  int pfd = -1;
+  bool opened = false;
+  int64_t pause_ns = PAUSE_MIN_NS;
+  for (;;) {
+    long r = check(arg);
+    if (r != 0) {
+      int e = errno;
+      if (pfd >= 0) iof__libc.close(pfd);
+      errno = r < 0 ? e : saved;
+      return r;
+    }
+    if (!opened) {
+      opened = true;
+      pfd = child_fd(type, id, options);
+    }
+    int w = wait_between(f, pfd, &pause_ns);
+    if (w < 0) {
+      if (pfd >= 0) iof__libc.close(pfd);
+      errno = -w;
+      return -1;
+    }
+  }
+}
+
+typedef struct wait4_args {
+  pid_t pid;
+  int *status;
+  int options;
+  struct rusage *ru;
+} wait4_args;
+
+static long check_wait4(void *p) {
+  wait4_args *a = p;
+  return iof__libc.wait4(a->pid, a->status, a->options | WNOHANG, a->ru);
+}
+
+static idtype_t type_of(pid_t pid) {
+  return pid > 0 ? P_PID : pid == -1 ? P_ALL : P_PGID;
+}
+
+pid_t iof_compat_wait4(pid_t pid, int *status, int options, struct rusage *ru) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || (options & WNOHANG))
+    return iof__libc.wait4(pid, status, options, ru);
+  wait4_args a = {pid, status, options, ru};
+  return (pid_t)wait_loop(f, type_of(pid), (id_t)(pid > 0 ? pid : 0), options,
+                          check_wait4, &a);
+}
+
+pid_t iof_compat_waitpid(pid_t pid, int *status, int options) {
+  if (!iof__compat_fiber() || (options & WNOHANG))
+    return iof__libc.waitpid(pid, status, options);
+  return iof_compat_wait4(pid, status, options, NULL);
+}
+
+pid_t iof_compat_wait(int *status) {
+  if (!iof__compat_fiber()) return iof__libc.wait(status);
+  return iof_compat_wait4(-1, status, 0, NULL);
+}
+
+typedef struct waitid_args {
+  idtype_t type;
+  id_t id;
+  siginfo_t *info;
+  int options;
+} waitid_args;
+
+/* waitid with WNOHANG says "nothing yet" by leaving si_pid 0. */
+static long check_waitid(void *p) {
+  waitid_args *a = p;
+  a->info->si_pid = 0;
+  int r = iof__libc.waitid(a->type, a->id, a->info, a->options | WNOHANG);
+  if (r < 0) return -1;
+  return a->info->si_pid != 0;
+}
+
+int iof_compat_waitid(idtype_t type, id_t id, siginfo_t *info, int options) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || (options & WNOHANG) || !info)
+    return iof__libc.waitid(type, id, info, options);
+  waitid_args a = {type, id, info, options};
+  long r = wait_loop(f, type, id, options, check_waitid, &a);
+  return r < 0 ? -1 : 0;
+}
