@@ -12,6 +12,8 @@
 #include "compat/signal_internal.h"
 
 #include <errno.h>
+#include <spawn.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -141,4 +143,66 @@ int iof_compat_waitid(idtype_t type, id_t id, siginfo_t *info, int options) {
   waitid_args a = {type, id, info, options};
   long r = wait_loop(f, type, id, options, check_waitid, &a);
   return r < 0 ? -1 : 0;
+}
+
+/* system(3) in a fiber: /bin/sh -c cmd started with posix_spawn and waited
+ * for by the fiber. As glibc's, the caller ignores SIGINT and SIGQUIT
+ * while any system() runs (counted: the first call sets, the last restores)
+ * and the child gets their defaults and the caller's mask. SIGCHLD is not
+ * blocked: it is process-wide here, and the wait does not rely on it. */
+static atomic_int sys_running;
+static struct sigaction sys_saved_int, sys_saved_quit;
+static atomic_flag sys_lock = ATOMIC_FLAG_INIT;
+
+static void sys_ignore(bool on) {
+  while (atomic_flag_test_and_set_explicit(&sys_lock, memory_order_acquire))
+    iof_compat_sched_yield();
+  if (on && atomic_fetch_add(&sys_running, 1) == 0) {
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    iof__libc.sigaction(SIGINT, &ign, &sys_saved_int);
+    iof__libc.sigaction(SIGQUIT, &ign, &sys_saved_quit);
+  } else if (!on && atomic_fetch_sub(&sys_running, 1) == 1) {
+    iof__libc.sigaction(SIGINT, &sys_saved_int, NULL);
+    iof__libc.sigaction(SIGQUIT, &sys_saved_quit, NULL);
+  }
+  atomic_flag_clear_explicit(&sys_lock, memory_order_release);
+}
+
+extern char **environ;
+
+int iof_compat_system(const char *cmd) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || !cmd) return iof__libc.system(cmd);
+  int saved = errno;
+  posix_spawnattr_t at;
+  if (posix_spawnattr_init(&at) != 0) return iof__libc.system(cmd);
+  sigset_t def, mask;
+  sigemptyset(&def);
+  sigaddset(&def, SIGINT);
+  sigaddset(&def, SIGQUIT);
+  pthread_sigmask(SIG_BLOCK, NULL, &mask);
+  posix_spawnattr_setsigdefault(&at, &def);
+  posix_spawnattr_setsigmask(&at, &mask);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+  sys_ignore(true);
+  pid_t pid;
+  int e = posix_spawn(&pid, "/bin/sh", NULL, &at, argv, environ);
+  posix_spawnattr_destroy(&at);
+  int status = -1;
+  if (e == 0) {
+    pid_t r;
+    do {
+      r = iof_compat_waitpid(pid, &status, 0);
+    } while (r < 0 && errno == EINTR); /* system() is not interrupted */
+    if (r < 0) status = -1;
+  } else {
+    status = 127 << 8; /* the shell could not run, as glibc reports it */
+  }
+  sys_ignore(false);
+  errno = status == -1 ? errno : saved;
+  return status;
 }

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
@@ -95,6 +96,7 @@
      int *))                                                                   \
   X(int, sched_yield, (void))                                                  \
   X(int, pause, (void))                                                        \
+  X(int, system, (const char *))                                               \
   X(pid_t, waitpid, (pid_t, int *, int))                                       \
   X(pid_t, wait, (int *))                                                      \
   X(pid_t, wait4, (pid_t, int *, int, struct rusage *))                        \

@@ -71,6 +71,7 @@
 #define gethostbyname_r(...) iof__libc.gethostbyname_r(__VA_ARGS__)
 #define sched_yield(...) iof__libc.sched_yield(__VA_ARGS__)
 #define pause(...) iof__libc.pause(__VA_ARGS__)
+#define system(...) iof__libc.system(__VA_ARGS__)
 #define waitpid(...) iof__libc.waitpid(__VA_ARGS__)
 #define wait(...) iof__libc.wait(__VA_ARGS__)
 #define wait4(...) iof__libc.wait4(__VA_ARGS__)

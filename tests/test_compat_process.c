@@ -2,6 +2,8 @@
  * and waitid suspend only the calling fiber (another fiber of the thread
  * keeps ticking) and return the kernel's answer: the pid, the exit status,
  * a stop under WUNTRACED, ECHILD without children, 0 under WNOHANG.
+ * system() runs its shell while the other fiber ticks, with SIGINT
+ * ignored meanwhile and restored after.
  *
  * IOF_TEST_THREADED */
 #include "compat_io_test.h"
@@ -105,6 +107,58 @@ static void test_waits_suspend_the_fiber(void **s) {
   assert_no_failures();
 }
 
+static atomic_int int_ignored_seen;
+
+static int watcher(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 50; i++) {
+    iof_sleep_for(2 * MS);
+    struct sigaction sa;
+    sigaction(SIGINT, NULL, &sa);
+    if (sa.sa_handler == SIG_IGN) atomic_store(&int_ignored_seen, 1);
+  }
+  return 0;
+}
+
+static int sc_system(void *arg) {
+  (void)arg;
+  int t0 = atomic_load(&ticks);
+  int st = iof_compat_system("sleep 0.15; exit 3");
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+  CHECK(atomic_load(&ticks) >= t0 + 20);
+  CHECK(iof_compat_system(NULL) != 0); /* a shell is there */
+  st = iof_compat_system("kill -INT $$");
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT); /* default in the child */
+  struct sigaction sa;
+  sigaction(SIGINT, NULL, &sa);
+  CHECK(sa.sa_handler == SIG_DFL); /* restored */
+  atomic_store(&stop, true);
+  return 0;
+}
+
+static void test_system(void **s) {
+  (void)s;
+  atomic_store(&stop, false);
+  atomic_store(&int_ignored_seen, 0);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  int st[3] = {-1, -1, -1};
+  iof_launch_opts o = {0};
+  o.on_done = compat_done;
+  iof_executor_ref ex = iof_io_context_executor(io);
+  o.user = &st[0];
+  assert_int_equal(iof_run_async(ex, &o, ticker, NULL), 0);
+  o.user = &st[1];
+  assert_int_equal(iof_run_async(ex, &o, watcher, NULL), 0);
+  o.user = &st[2];
+  assert_int_equal(iof_run_async(ex, &o, sc_system, NULL), 0);
+  assert_true(iof_io_context_run(io) >= 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(st[2], 0);
+  assert_int_equal(atomic_load(&int_ignored_seen), 1);
+  assert_no_failures();
+}
+
 /* Outside fibers the calls are the plain ones. */
 static void test_plain_thread(void **s) {
   (void)s;
@@ -121,6 +175,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_waits_suspend_the_fiber, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_system, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plain_thread, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

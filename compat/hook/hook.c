@@ -860,9 +860,14 @@ DEF_EXEC_LIST(execle, EXEC_PATH_ENV, path)
  * in between: the fds are put back in blocking mode beforehand. system and
  * popen's children inherit only fds without close-on-exec; posix_spawn's
  * file actions may dup any fd into the child, so all are. */
+int iof_compat_system(const char *cmd) IOF_HOOK_WEAK;
+
 IOF_HOOK_API int system(const char *cmd) {
-  count(H_system, iof__hook_in_fiber() ? C_BLOCKED : C_PLAIN);
+  bool in_fiber = iof__hook_in_fiber();
+  count(H_system,
+        in_fiber ? (iof_compat_system ? C_FIBER : C_BLOCKED) : C_PLAIN);
   if (cmd) restore_blocking(true, false);
+  if (in_fiber && iof_compat_system) return iof_compat_system(cmd);
   return REAL(system)(cmd);
 }
 

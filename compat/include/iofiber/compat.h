@@ -106,6 +106,7 @@
 #define signal(sig, h) iof_compat_signal(sig, h)
 #define sigwait iof_compat_sigwait
 #define waitpid iof_compat_waitpid
+#define system iof_compat_system
 #define wait(status) iof_compat_wait(status) /* not `union wait` */
 #define wait4 iof_compat_wait4
 #define waitid iof_compat_waitid

@@ -172,6 +172,10 @@ IOF_API int iof_compat_sched_yield(void);
  * 20 ms. WNOHANG calls and calls outside fibers are the plain ones. */
 struct rusage;
 IOF_API pid_t iof_compat_waitpid(pid_t pid, int *status, int options);
+/* As system(3): in a fiber, /bin/sh -c cmd is started with posix_spawn and
+ * the fiber waits for it; SIGINT and SIGQUIT are ignored while it runs
+ * (the child gets their defaults), as glibc does. */
+IOF_API int iof_compat_system(const char *cmd);
 IOF_API pid_t iof_compat_wait(int *status);
 IOF_API pid_t iof_compat_wait4(pid_t pid, int *status, int options,
                                struct rusage *ru);
