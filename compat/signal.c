@@ -176,7 +176,9 @@ static bool defer(int sig, const siginfo_t *si) {
   if (fl == -1 || !atomic_load(&waiting)) return false;
   int none = 0;
   if (!atomic_compare_exchange_strong(&deferred[sig], &none, 1))
-    return true; /* merged with the one waiting */
+    /* One is recorded for main: merged with it, as with a pending signal;
+     * unless main is taking it right now, then this one runs here. */
+    return atomic_load(&waiting);
   if (si) {
     deferred_info[sig] = *si;
   } else {
