@@ -214,6 +214,21 @@ bool iof__fd_begin(iof__fd_op *op, int fd, int events) {
   return true;
 }
 
+/* Under the slot lock, as a wait on the fd (generation gen) arms: whether
+ * its loop already watched this very file (see iof__fd_wait.same_file). */
+static void note_watch(iof__fd_slot *s, iof__fd_wait *fw, unsigned gen) {
+  void *loop = fw->op.io->loop;
+  fw->same_file = s->ev_loop == loop && s->ev_gen == gen + 1;
+  s->ev_loop = loop;
+  s->ev_gen = gen + 1;
+}
+
+/* After the wait: libev gave up on the fd, so the next wait registers it
+ * anew. */
+static void note_unwatch(iof__fd_slot *s, iof__fd_wait *fw) {
+  if (fw->failed) s->ev_loop = NULL;
+}
+
 static int waiter_arm(iof__fd_wait *fw) {
   iof__fd_waiter *w = (iof__fd_waiter *)fw;
   iof__fd_slot *s = w->slot;
@@ -222,6 +237,7 @@ static int waiter_arm(iof__fd_wait *fw) {
     slot_unlock(s);
     return -EBADF;
   }
+  note_watch(s, fw, w->gen);
   w->prev = NULL;
   w->next = s->waiters;
   if (s->waiters) s->waiters->prev = w;
@@ -243,6 +259,7 @@ static void waiter_disarm(iof__fd_wait *fw) {
     if (w->next) w->next->prev = w->prev;
     w->linked = false;
   }
+  note_unwatch(s, fw);
   slot_unlock(s);
 }
 
@@ -304,12 +321,34 @@ bool iof__fd_again(iof__fd_op *op) {
   return false;
 }
 
+/* A plain wait (poll, select) on an fd compat knows shares the slot's
+ * record of registrations; it is not linked to the slot otherwise. */
+static int plain_arm(iof__fd_wait *fw) {
+  iof__fd_slot *s = iof__fd_slot_peek(fw->fd);
+  if (!s) return 0;
+  slot_lock(s);
+  if (atomic_load_explicit(&s->flags, memory_order_relaxed) & IOF__FD_KNOWN)
+    note_watch(s, fw, atomic_load_explicit(&s->gen, memory_order_relaxed));
+  slot_unlock(s);
+  return 0;
+}
+
+static void plain_disarm(iof__fd_wait *fw) {
+  iof__fd_slot *s = iof__fd_slot_peek(fw->fd);
+  if (!s || !fw->failed) return;
+  slot_lock(s);
+  note_unwatch(s, fw);
+  slot_unlock(s);
+}
+
 int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns) {
   iof_fiber *f = iof__compat_fiber();
   if (!f) return thread_wait(fd, events, deadline_ns);
   iof__fd_wait fw = {0};
   fw.fd = fd;
   fw.events = events;
+  fw.on_arm = plain_arm;
+  fw.on_disarm = plain_disarm;
   bool reg = iof__compat_intr_enter(f, &fw.op, false);
   return iof__compat_intr_leave(
       reg, iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns));

@@ -42,6 +42,11 @@ typedef struct iof__fd_slot {
    * costs one loop round or one EAGAIN, never a wrong result). */
   atomic_bool drained;
   iof__fd_waiter *waiters;
+  /* Under the lock: the loop that last watched the fd and the generation
+   * it watched (+ 1, so that a fresh slot matches nothing): a wait from
+   * the same loop on the same file keeps libev's registration. */
+  void *ev_loop;
+  unsigned ev_gen;
 } iof__fd_slot;
 
 /* A fiber's wait on a slot (on the fiber's stack). */

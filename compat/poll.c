@@ -83,8 +83,12 @@ static int ep_add_admit(int ep, int sfd) {
   return ep >= 0 && sfd >= 0 ? ep_add(ep, sfd, EPOLLIN) : 0;
 }
 
+/* The number stops naming the throwaway file: a slot compat kept for it
+ * learns so (its waits must not trust an earlier registration). */
 static void ep_close(int ep) {
-  if (ep >= 0) iof__libc.close(ep);
+  if (ep < 0) return;
+  iof__fd_reset(ep, 0);
+  iof__libc.close(ep);
 }
 
 /* Ends a fiber wait: the kernel's answer (r >= 0 or -1 with its errno),

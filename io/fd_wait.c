@@ -5,7 +5,8 @@
 
 static void on_ready(struct ev_loop *loop, ev_io *ew, int revents) {
   (void)loop;
-  (void)revents;
+  iof__fd_wait *fw = (iof__fd_wait *)((char *)ew - offsetof(iof__fd_wait, ev));
+  if (revents & EV_ERROR) fw->failed = true;
   iof__io_complete(ew->data, 0);
 }
 
@@ -16,6 +17,7 @@ static int fw_arm(iof_io_op *op) {
     if (r < 0) return r;
   }
   ev_io_init(&fw->ev, on_ready, fw->fd, fw->events);
+  if (fw->same_file) fw->ev.events &= ~EV__IOFDSET;
   fw->ev.data = op;
   ev_io_start(op->io->loop, &fw->ev);
   return 0;

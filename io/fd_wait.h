@@ -18,6 +18,12 @@ struct iof__fd_wait {
   ev_io ev;
   int fd;
   int events; /* EV_READ and/or EV_WRITE */
+  /* Set by on_arm when the loop already watched this fd for the same file
+   * (its owner knows the number was not reused since): libev then keeps
+   * its kernel registration instead of re-registering the fd, which in the
+   * usual stop-then-start within one loop round is a system call saved. */
+  bool same_file;
+  bool failed; /* libev could not watch the fd (EV_ERROR): it was woken */
   /* Before the watcher starts; a result < 0 refuses the wait (returned). */
   int (*on_arm)(iof__fd_wait *fw);
   /* After the watcher stopped (only if on_arm accepted). */
