@@ -424,6 +424,43 @@ static void test_cross_thread_free(void **state) {
   assert_int_equal(iof_stack_pool_destroy(pool), 0);
 }
 
+/* The first thread to use a pool counts its frames without a locked
+ * instruction; others count in a shared counter. Frames freed by the
+ * other kind of thread, and the first thread's exit (a later thread then
+ * counts that way), keep live and peak exact when the threads take turns. */
+static void test_owner_counting(void **state) {
+  (void)state;
+  iof_stack_pool_options o = {
+      .stack_size = K64, .thread_cache = 16, .depot_max = 64};
+  iof_stack_pool *pool = iof_stack_pool_create(&o);
+  assert_non_null(pool);
+  struct frames f = {.a = iof_stack_pool_allocator(pool), .size = K64};
+  struct worker a, b;
+  worker_start(&a);
+  on(&a, alloc_range, &f, 0, 5); /* a: the pool's first thread */
+  on(NULL, alloc_range, &f, 5, 8);
+  assert_int_equal(f.failed, 0);
+  assert_stats(pool, 8, 0, 8, 8, 8, 0, 8 * K64);
+  on(&a, free_range, &f, 5, 8); /* main's frames, freed by a */
+  assert_stats(pool, 5, 3, 8, 8, 8, 0, 5 * K64);
+  on(NULL, free_range, &f, 0, 2); /* a's frames, freed here */
+  assert_stats(pool, 3, 5, 8, 8, 8, 0, 3 * K64);
+  worker_stop(&a);
+  assert_stats(pool, 3, 5, 8, 8, 8, 0, 3 * K64);
+  worker_start(&b); /* a new thread after the first one ended */
+  on(&b, alloc_range, &f, 10, 20);
+  assert_int_equal(f.failed, 0);
+  assert_stats(pool, 13, -1, 18, 13, -1, 0, 13 * K64);
+  on(NULL, free_range, &f, 10, 15);
+  on(&b, free_range, &f, 2, 5);
+  assert_stats(pool, 5, -1, 18, 13, -1, 0, 5 * K64);
+  assert_int_equal(iof_stack_pool_destroy(pool), -EBUSY);
+  on(&b, free_range, &f, 15, 20);
+  assert_stats(pool, 0, -1, 18, 13, -1, 0, 0);
+  worker_stop(&b);
+  assert_int_equal(iof_stack_pool_destroy(pool), 0);
+}
+
 /* A thread's cache goes to the depot when it ends: with room in the depot
  * nothing is unmapped, and the pages go back to the OS. */
 static void touch_all(void *arg) {
@@ -812,6 +849,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_direct_path),
       cmocka_unit_test(test_reuse),
       cmocka_unit_test(test_cross_thread_free),
+      cmocka_unit_test(test_owner_counting),
       cmocka_unit_test(test_thread_exit_flush),
       cmocka_unit_test(test_depot_pages_decay),
       cmocka_unit_test(test_many_pools),
