@@ -15,9 +15,12 @@
 
 typedef struct iof_io_op iof_io_op;
 
-/* While fibers are ready, the run loop polls libev once per POLL_EVERY
- * fibers run (hand-offs and yields that continue at once included). */
+/* While fibers are ready, the run loop polls libev once per poll_every
+ * fibers run (hand-offs and yields that continue at once included): from
+ * POLL_EVERY, doubling up to POLL_EVERY_MAX while polls find nothing
+ * within one tick of the coarse clock (see poll_after in io_context.c). */
 #define POLL_EVERY 64
+#define POLL_EVERY_MAX 1024
 
 struct iof_io_context {
   iof_execution_context ctx;
@@ -36,6 +39,8 @@ struct iof_io_context {
   iof_fiber_queue batch;
   iof_fiber *batch_runner;
   long handed;
+  long poll_every;   /* fibers run between polls while some are ready */
+  int64_t poll_tick; /* the coarse clock at the last poll */
   pthread_mutex_t rlock;
   iof_fiber_queue remote;
   atomic_bool remote_pending;

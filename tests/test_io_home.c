@@ -285,6 +285,60 @@ static void test_yield_loop_lets_io_in(void **state) {
   close(peer);
 }
 
+/* Polls of libev become rarer while fibers only yield and the polls find
+ * nothing; when the fibers turn slow, I/O must still get its turn within
+ * about a tick of the coarse clock, not after a whole stretched interval
+ * (1,024 steps of 200 us here: 200 ms). */
+typedef struct turn_slow {
+  atomic_int phase; /* 1: steps are slow; 2: the timer fired */
+  int64_t slow_at, fired_at;
+} turn_slow;
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int fast_then_slow(void *arg) {
+  turn_slow *t = arg;
+  for (int i = 0; i < 200000; i++) assert_int_equal(iof_yield(), 0);
+  t->slow_at = mono_ns();
+  atomic_store(&t->phase, 1);
+  while (atomic_load(&t->phase) != 2 && mono_ns() - t->slow_at < 2000000000) {
+    int64_t until = mono_ns() + 200000;
+    while (mono_ns() < until) {
+    }
+    assert_int_equal(iof_yield(), 0);
+  }
+  return 0;
+}
+
+static int sleep_when_slow(void *arg) {
+  turn_slow *t = arg;
+  while (!atomic_load(&t->phase)) assert_int_equal(iof_yield(), 0);
+  assert_int_equal(iof_sleep_for(1000000), 0);
+  t->fired_at = mono_ns();
+  atomic_store(&t->phase, 2);
+  return 0;
+}
+
+static void test_slow_yields_still_poll(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  iof_executor_ref ex = iof_io_context_executor(io);
+  turn_slow t = {0};
+  assert_int_equal(iof_run_async(ex, NULL, fast_then_slow, &t), 0);
+  assert_int_equal(iof_run_async(ex, NULL, sleep_when_slow, &t), 0);
+  assert_true(iof_io_context_run(io) > 2);
+  assert_int_equal(atomic_load(&t.phase), 2);
+  int64_t late = t.fired_at - t.slow_at;
+  print_message("1 ms timer fired after %.1f ms of 200 us steps\n",
+                (double)late / 1e6);
+  assert_true(late < 100000000);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 /* ---- strands over the io_context -------------------------------------- */
 
 #define SFIBERS 4
@@ -389,6 +443,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_wake_order_and_counts, arm, disarm),
       cmocka_unit_test_setup_teardown(test_stop_token_cancels, arm, disarm),
       cmocka_unit_test_setup_teardown(test_yield_loop_lets_io_in, arm, disarm),
+      cmocka_unit_test_setup_teardown(test_slow_yields_still_poll, arm, disarm),
       cmocka_unit_test_setup_teardown(test_strand_yields_round_robin, arm,
                                       disarm),
   };
