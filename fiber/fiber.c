@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum switch_kind { SW_RESUME, SW_SUSPEND, SW_EXIT };
@@ -74,6 +75,12 @@ size_t iof__page_size(void) {
   static size_t page;
   if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
   return page;
+}
+
+int64_t iof__coarse_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* A fiber on a dense stack has just switched out: its stack pointer and

@@ -160,4 +160,8 @@ IOF_HIDDEN struct iof_fls_key iof__fls_key_at(uint32_t index);
 
 IOF_HIDDEN size_t iof__page_size(void);
 
+/* CLOCK_MONOTONIC_COARSE in ns: the kernel's last tick, a few ns to read
+ * where the precise clock may cost tens under a hypervisor. */
+IOF_HIDDEN int64_t iof__coarse_now_ns(void);
+
 #endif

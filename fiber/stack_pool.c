@@ -14,12 +14,11 @@
  * other thread with an atomic read-modify-write. The two locked RMWs of a
  * spawn (one per allocation, one per free) cost about 12 ns of 38 (each
  * waits for the store buffer to drain), and most pools are used by one io
- * thread. live = own + shared (mod
- * 2^64; a frame may be counted up by one and down by the other). peak
- * takes the sum at each allocation (a CAS only when it rises): exact for
- * a pool one thread uses; with several, a sum of two loads that may be a
- * moment apart, so it can be off by the allocations in flight. Everything
- * else is derived or owner-written:
+ * thread. live = own + shared (mod 2^64; a frame may be counted up by one
+ * and down by the other). peak takes the sum at each allocation (a CAS
+ * only when it rises): exact for a pool one thread uses; with several, a
+ * sum of two loads that may be a moment apart, so it can be off by the
+ * allocations in flight. Everything else is derived or owner-written:
  * - allocated: per-thread counters, written only by the thread that owns
  *   the cache (relaxed load + store, no RMW), summed by stats under the
  *   pool lock; a thread that exits folds its count into `retired`.
@@ -47,7 +46,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #define CACHE_SLOTS 4
 
@@ -221,12 +219,6 @@ static void *new_stack(iof_stack_pool *p) {
   return carve(p);
 }
 
-static int64_t coarse_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void release_stack(iof_stack_pool *p, stack_node *s) {
   if (s->released) return;
   release_pages(p, base_of(s, p->stack_size));
@@ -247,7 +239,7 @@ static void release_stack(iof_stack_pool *p, stack_node *s) {
  * releases without the lock and gives back to depot_return. */
 #define TRIM_NS 100000000
 static stack_node *detach_idle(iof_stack_pool *p) {
-  int64_t now = coarse_now_ns();
+  int64_t now = iof__coarse_now_ns();
   if (now - p->trim_at < TRIM_NS) return NULL;
   size_t idle = p->depot_low;
   p->trim_at = now;
@@ -689,7 +681,7 @@ iof_stack_pool *iof_stack_pool_create(const iof_stack_pool_options *opts) {
   p->stack_size = (o.stack_size + page - 1) & ~(page - 1);
   p->cache_max = o.thread_cache ? o.thread_cache : 16;
   p->depot_max = o.depot_max ? o.depot_max : 256;
-  p->trim_at = coarse_now_ns();
+  p->trim_at = iof__coarse_now_ns();
   p->budget = o.budget;
   p->guard = o.guard;
   /* About 2 MiB per chunk: two mappings for 32 default stacks. */

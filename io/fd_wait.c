@@ -5,8 +5,7 @@
 
 static void on_ready(struct ev_loop *loop, ev_io *ew, int revents) {
   (void)loop;
-  iof__fd_wait *fw = (iof__fd_wait *)((char *)ew - offsetof(iof__fd_wait, ev));
-  if (revents & EV_ERROR) fw->failed = true;
+  if (revents & EV_ERROR) ((iof__fd_wait *)ew->data)->failed = true;
   iof__io_complete(ew->data, 0);
 }
 

@@ -14,7 +14,6 @@
 #include <ev.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <time.h>
 
 static bool on_loop_thread(const iof_io_context *io) {
   return iof__thread_runs(&io->ctx);
@@ -245,19 +244,11 @@ static void io_timer_cancel(iof_execution_context *ctx, iof__timer *t) {
   ev_timer_stop(((iof_io_context *)ctx)->loop, (ev_timer *)(void *)t->impl);
 }
 
-/* CLOCK_MONOTONIC_COARSE (a read of the kernel's tick, a few ns, where
- * the precise clock may cost tens under a hypervisor). */
-static int64_t coarse_tick(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* A stretched poll interval (poll_every above POLL_EVERY) holds only
  * within the tick of the last poll: slow fibers must not delay I/O by a
  * whole interval. */
 static bool stretch_holds(const iof_io_context *io) {
-  return io->poll_every == POLL_EVERY || coarse_tick() == io->poll_tick;
+  return io->poll_every == POLL_EVERY || iof__coarse_now_ns() == io->poll_tick;
 }
 
 /* iof_yield of a fiber at home: straight onto the local queue (the loop
@@ -459,7 +450,7 @@ static bool spin_for_return(iof_io_context *io) {
  * tick bounds how long I/O can go unpolled whatever the fibers cost. A
  * host's loop may have watchers of its own: its interval stays fixed. */
 static void poll_after(iof_io_context *io, bool found) {
-  int64_t tick = coarse_tick();
+  int64_t tick = iof__coarse_now_ns();
   if (found || tick != io->poll_tick || !io->own_loop)
     io->poll_every = POLL_EVERY;
   else if (io->poll_every < POLL_EVERY_MAX)
