@@ -31,7 +31,7 @@ static int ticker(void *arg) {
 static pid_t child(int ms, int code) {
   pid_t p = fork();
   if (p == 0) {
-    struct timespec t = {0, (long)ms * 1000000L};
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&t, NULL);
     _exit(code);
   }
