@@ -8,17 +8,26 @@
  *   pool          a stack pool from iof_stack_pool_create(NULL): recycled
  *                 stacks with guard pages (target: <= 0.5x malloc)
  *   pool_vs_mmap  the pool's samples again, against mmap
- *                 (target: <= 0.1x mmap) */
+ *                 (target: <= 0.1x mmap)
+ *   fctx_malloc   Boost's bare spawn: make_fcontext on a malloc'ed stack,
+ *                 a jump in and the jump back, free (baseline)
+ *   fctx          the same on one reused stack. Its ratio is a lower
+ *                 bound for pool-vs-malloc: any spawn that makes a fresh
+ *                 fcontext does at least this plus what both cases add */
 #include "bench.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <iofiber/fiber.h>
+
+#include "fiber/fcontext.h"
 
 typedef struct spawn_state {
   iof_frame_allocator *alloc;
   iof_stack_pool *pool; /* owned by the pool case */
+  char *stack;          /* owned by the fctx case */
 } spawn_state;
 
 static int trivial_fn(void *arg) {
@@ -37,6 +46,54 @@ static int spawn_body(void *arg, uint64_t iters) {
     if (rc < 0) return rc;
   }
   return 0;
+}
+
+/* The floor: what Boost's fcontext alone costs per spawn. The entry jumps
+ * straight back; the context it leaves is never resumed. */
+#define FCTX_STACK (64 * 1024)
+
+static void fctx_entry(iof_transfer t) {
+  for (;;) t = jump_fcontext(t.fctx, NULL);
+}
+
+static int fctx_spawn(char *stack) {
+  iof_fctx c = make_fcontext(stack + FCTX_STACK, FCTX_STACK, fctx_entry);
+  if (!c) return -ENOMEM;
+  (void)jump_fcontext(c, NULL);
+  return 0;
+}
+
+static int fctx_malloc_body(void *arg, uint64_t iters) {
+  (void)arg;
+  for (uint64_t i = 0; i < iters; i++) {
+    char *stack = malloc(FCTX_STACK);
+    if (!stack) return -ENOMEM;
+    int rc = fctx_spawn(stack);
+    free(stack);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+static int fctx_body(void *arg, uint64_t iters) {
+  char *stack = ((spawn_state *)arg)->stack;
+  for (uint64_t i = 0; i < iters; i++) {
+    int rc = fctx_spawn(stack);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+static int fctx_setup(void *arg) {
+  spawn_state *st = arg;
+  st->stack = malloc(FCTX_STACK);
+  return st->stack ? 0 : -ENOMEM;
+}
+
+static void fctx_teardown(void *arg) {
+  spawn_state *st = arg;
+  free(st->stack);
+  st->stack = NULL;
 }
 
 static int malloc_setup(void *arg) {
@@ -92,9 +149,22 @@ int bench_suite_spawn(bench_ctx *ctx) {
        .body = spawn_body,
        .teardown = pool_teardown},
   };
+  spawn_state fst = {0};
+  const bench_case floor_cases[] = {
+      {.name = "fctx_malloc", .unit = "ns/spawn", .body = fctx_malloc_body},
+      {.name = "fctx",
+       .unit = "ns/spawn",
+       .baseline = "fctx_malloc",
+       .arg = &fst,
+       .setup = fctx_setup,
+       .body = fctx_body,
+       .teardown = fctx_teardown},
+  };
   int status = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (bench_run_case(ctx, &cases[i]) < 0) status = -1;
   if (bench_compare(ctx, "pool_vs_mmap", "pool", "mmap", 0.1) < 0) status = -1;
+  for (size_t i = 0; i < sizeof floor_cases / sizeof floor_cases[0]; i++)
+    if (bench_run_case(ctx, &floor_cases[i]) < 0) status = -1;
   return status;
 }
