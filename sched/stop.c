@@ -17,6 +17,24 @@ struct iof_stop_state {
   pthread_t requester;
 };
 
+/* A record's `linked` is a tag: 0 for none, else a hash of the record and
+ * its state plus the phase. A record on the caller's stack may hold any
+ * bytes before its first registration; only a matching tag (a 1 in 2^30
+ * chance for garbage) lets register trust cb->state enough to look at it. */
+enum { TAG_LINKED = 1, TAG_FIRED = 2 }; /* in s's list / ran, ref still held */
+
+static int tag(const iof_stop_callback *cb, const iof_stop_state *s,
+               int phase) {
+  uint64_t x = ((uint64_t)(uintptr_t)cb * 0x9E3779B97F4A7C15u) ^
+               ((uint64_t)(uintptr_t)s * 0xC2B2AE3D27D4EB4Fu);
+  x ^= x >> 29;
+  return (int)((uint32_t)(x >> 32) & 0x7ffffffcu) | phase;
+}
+
+static bool in_list(const iof_stop_callback *cb) {
+  return cb->linked == tag(cb, cb->state, TAG_LINKED);
+}
+
 static void state_release(iof_stop_state *s) {
   if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
   pthread_cond_destroy(&s->done);
@@ -63,7 +81,7 @@ bool iof_stop_source_request(iof_stop_source *src) {
     iof_stop_callback *cb = s->head;
     s->head = cb->next;
     if (s->head) s->head->prev = NULL;
-    cb->linked = 0;
+    cb->linked = tag(cb, s, TAG_FIRED);
     s->running = cb;
     void (*fn)(void *) = cb->fn;
     void *arg = cb->arg;
@@ -111,9 +129,13 @@ static bool linked_in(iof_stop_state *s, const iof_stop_callback *cb) {
 int iof_stop_callback_register(iof_stop_callback *cb, iof_stop_token tok,
                                void (*fn)(void *arg), void *arg) {
   if (!cb || !fn) return -EINVAL;
-  if (cb->linked == 1 && cb->state && cb->state == tok.state &&
-      linked_in(tok.state, cb))
-    return -EBUSY; /* relinking would corrupt (or loop) the list */
+  iof_stop_state *old = cb->state;
+  if (old && in_list(cb) && linked_in(old, cb))
+    return -EBUSY; /* relinking would corrupt (or loop) the old list */
+  /* Its callback ran but it was never unregistered: it still holds the
+   * state, which a new registration would drop. */
+  if (old && cb->linked == tag(cb, old, TAG_FIRED))
+    iof_stop_callback_unregister(cb);
   return iof__stop_callback_register(cb, tok, fn, arg);
 }
 
@@ -138,7 +160,7 @@ int iof__stop_callback_register(iof_stop_callback *cb, iof_stop_token tok,
   cb->next = s->head;
   if (s->head) s->head->prev = cb;
   s->head = cb;
-  cb->linked = 1;
+  cb->linked = tag(cb, s, TAG_LINKED);
   /* A registration holds the state alive (as std::stop_callback does), so
    * unregistering after the source is gone is safe. */
   atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
@@ -150,7 +172,7 @@ void iof_stop_callback_unregister(iof_stop_callback *cb) {
   if (!cb || !cb->state) return;
   iof_stop_state *s = cb->state;
   pthread_mutex_lock(&s->lock);
-  if (cb->linked) {
+  if (in_list(cb)) {
     if (cb->prev)
       cb->prev->next = cb->next;
     else
@@ -161,6 +183,7 @@ void iof_stop_callback_unregister(iof_stop_callback *cb) {
     while (s->running == cb) pthread_cond_wait(&s->done, &s->lock);
   }
   cb->state = NULL;
+  cb->linked = 0;
   pthread_mutex_unlock(&s->lock);
   state_release(s);
 }

@@ -232,6 +232,80 @@ static void stop_double_register_is_ebusy(void **state) {
   iof_stop_source_destroy(&src);
 }
 
+/* A record still linked on one token, registered on another: refused, and
+ * the first token's list keeps both records. */
+static void stop_register_on_other_token_is_ebusy(void **state) {
+  (void)state;
+  iof_stop_source a, b;
+  assert_int_equal(iof_stop_source_init(&a), 0);
+  assert_int_equal(iof_stop_source_init(&b), 0);
+  int on_a = 0, other = 0, on_b = 0;
+  iof_stop_callback cb, cb2;
+  memset(&cb, 0xa5, sizeof cb); /* garbage, as on a fresh stack */
+  memset(&cb2, 0x5a, sizeof cb2);
+  assert_int_equal(iof_stop_callback_register(&cb2, iof_stop_source_token(&a),
+                                              noop_cb, &other),
+                   0);
+  assert_int_equal(iof_stop_callback_register(&cb, iof_stop_source_token(&a),
+                                              noop_cb, &on_a),
+                   0);
+  assert_int_equal(iof_stop_callback_register(&cb, iof_stop_source_token(&b),
+                                              noop_cb, &on_b),
+                   -EBUSY);
+  assert_true(iof_stop_source_request(&b));
+  assert_int_equal(on_b, 0);
+  iof_stop_callback_unregister(&cb);
+  assert_true(iof_stop_source_request(&a));
+  assert_int_equal(on_a, 0); /* unregistered before the request */
+  assert_int_equal(other, 1);
+  iof_stop_callback_unregister(&cb2);
+  iof_stop_source_destroy(&a);
+  iof_stop_source_destroy(&b);
+}
+
+/* A record whose callback ran holds the state until unregistered; a new
+ * registration of it releases that hold first (LeakSanitizer and the
+ * reference count would see the state kept forever otherwise). */
+static int self_regs;
+static iof_stop_callback self_cb;
+static iof_stop_token self_tok;
+static void reregister_self(void *arg) {
+  int *hits = arg;
+  if (++*hits == 1)
+    self_regs =
+        iof_stop_callback_register(&self_cb, self_tok, reregister_self, hits);
+}
+
+static void stop_register_after_fired_keeps_no_state(void **state) {
+  (void)state;
+  iof_stop_source src;
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  iof_stop_token t = iof_stop_token_retain(iof_stop_source_token(&src));
+  int hits = 0;
+  iof_stop_callback cb;
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), 0);
+  assert_true(iof_stop_source_request(&src));
+  assert_int_equal(hits, 1);
+  /* Not unregistered: registering again fires at once and holds nothing. */
+  assert_int_equal(iof_stop_callback_register(&cb, t, noop_cb, &hits), 1);
+  assert_int_equal(hits, 2);
+  iof_stop_callback_unregister(&cb); /* safe: holds nothing now */
+  iof_stop_source_destroy(&src);
+  iof_stop_token_release(t); /* the last reference: the state is freed */
+
+  /* The same from inside the callback itself, during the request. */
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  self_tok = iof_stop_source_token(&src);
+  int n = 0;
+  assert_int_equal(
+      iof_stop_callback_register(&self_cb, self_tok, reregister_self, &n), 0);
+  assert_true(iof_stop_source_request(&src));
+  assert_int_equal(n, 2); /* ran, re-registered, ran at once */
+  assert_int_equal(self_regs, 1);
+  iof_stop_callback_unregister(&self_cb);
+  iof_stop_source_destroy(&src);
+}
+
 /* Callbacks that turn on their own source: request again, unregister
  * themselves and others, destroy the source, register a new callback. */
 typedef struct reentrant {
@@ -827,6 +901,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(stop_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(stop_double_register_is_ebusy, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(stop_register_on_other_token_is_ebusy,
+                                      reset, disarm),
+      cmocka_unit_test_setup_teardown(stop_register_after_fired_keeps_no_state,
+                                      reset, disarm),
       cmocka_unit_test_setup_teardown(stop_callbacks_reentering, reset, disarm),
       cmocka_unit_test_setup_teardown(launch_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(launch_misuse_inside_fiber, reset,

@@ -65,8 +65,9 @@ IOF_API void iof_stop_token_release(iof_stop_token tok);
 /* Registers fn(arg) to run when a stop is requested. If it already was,
  * fn runs at once, inside this call. Returns 0 when registered, 1 when fn
  * already ran, -EINVAL on NULL cb/fn (an empty token registers nothing and
- * returns 0: it can never fire), -EBUSY if cb is still registered on this
- * token (unregister it first). */
+ * returns 0: it can never fire), -EBUSY if cb is still registered on any
+ * token (unregister it first). A record whose fn already ran is
+ * unregistered first, as by iof_stop_callback_unregister. */
 IOF_API int iof_stop_callback_register(iof_stop_callback *cb,
                                        iof_stop_token tok,
                                        void (*fn)(void *arg), void *arg);
