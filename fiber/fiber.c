@@ -172,7 +172,7 @@ IOF_HIDDEN iof_transfer iof__landed(iof_transfer t);
 #define IOF_SW_KIND 32
 #define IOF_FB_CTX 0
 #define IOF_FB_STATE 16
-#define IOF_FB_SOFT_LO 120
+#define IOF_FB_SOFT_LO 128
 #define IOF_STR_(x) #x
 #define IOF_STR(x) IOF_STR_(x)
 /* clang-format off */
@@ -411,6 +411,7 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   f->resumer = NULL;
   f->state = IOF_FS_CREATED;
   f->status = 0;
+  f->queued = false;
   f->fn = fn;
   f->arg = arg;
   f->next = NULL;
@@ -484,14 +485,15 @@ int iof_fiber_destroy(iof_fiber *f) {
   if (__asan_address_is_poisoned(&f->state)) return -EINVAL;
 #endif
   if (f->state == IOF_FS_FREED) return -EINVAL;
-  if (f->state == IOF_FS_RUNNING || f->state == IOF_FS_SUSPENDED) return -EBUSY;
+  if (f->state == IOF_FS_RUNNING || f->state == IOF_FS_SUSPENDED || f->queued)
+    return -EBUSY;
   iof__fiber_free(f);
   return 0;
 }
 
 int iof_fiber_resume(iof_fiber *f) {
   if (!f || f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
-  if (f->state == IOF_FS_RUNNING) return -EBUSY;
+  if (f->state == IOF_FS_RUNNING || f->queued) return -EBUSY;
   iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   f->resumer = self;

@@ -26,6 +26,10 @@ struct iof_fiber {
   iof_fiber *resumer; /* who gets control when it suspends */
   int state;
   int status;
+  /* In a run queue of the library's own contexts (sched/'s iof__q_push to
+   * iof__q_pop): only that context may run or free it, so the public
+   * resume, destroy and iof_launch_cancel refuse it. */
+  bool queued;
   iof_fn fn;
   void *arg;
   /* Used by sched/: the intrusive run-queue link, the launch record kept in

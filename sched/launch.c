@@ -89,7 +89,7 @@ bool iof__chain_cancel(iof_fiber *f) {
 
 int iof_launch_cancel(iof_fiber *f) {
   if (!f || f->on_exit != chain_exit) return -EINVAL;
-  if (f->state != IOF_FS_CREATED) return -EBUSY;
+  if (f->state != IOF_FS_CREATED || f->queued) return -EBUSY;
   if (iof__debug_walking) return -EDEADLK;
   return iof__chain_cancel(f) ? 0 : -EINVAL;
 }

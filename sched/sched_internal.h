@@ -255,6 +255,7 @@ typedef struct iof_fiber_queue {
 
 static inline void iof__q_push(iof_fiber_queue *q, iof_fiber *f) {
   f->next = NULL;
+  f->queued = true;
   if (q->tail)
     q->tail->next = f;
   else
@@ -268,6 +269,7 @@ static inline iof_fiber *iof__q_pop(iof_fiber_queue *q) {
     q->head = f->next;
     if (!q->head) q->tail = NULL;
     f->next = NULL;
+    f->queued = false;
   }
   return f;
 }

@@ -228,6 +228,7 @@ static int pool_post(const void *ex, iof_fiber *h) {
   iof_thread_pool *p = (iof_thread_pool *)ex;
   if (iof__refuse_after_shutdown(&p->ctx, h)) return -ESHUTDOWN;
   atomic_fetch_add_explicit(&p->posting, 1, memory_order_relaxed);
+  h->queued = true; /* the inbox is a queue of the pool's */
   iof_fiber *head = atomic_load_explicit(&p->inbox, memory_order_relaxed);
   do {
     h->next = head;

@@ -414,6 +414,77 @@ static void launch_bad_arguments(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* A launched fiber still in its context's run queue belongs to that
+ * context: the raw calls refuse it, and the context then runs it once. */
+static iof_fiber *walked[4];
+static int nwalked, nsuspended;
+static int collect_fiber(const iof_fiber_info *info, void *arg) {
+  (void)arg;
+  if (info->state == IOF_FIBER_SUSPENDED) nsuspended++;
+  if (info->state == IOF_FIBER_CREATED && nwalked < 4)
+    walked[nwalked++] = (iof_fiber *)info->fiber;
+  return 0;
+}
+
+static int count_run(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
+static void refuse_queued(void) {
+  for (int i = 0; i < nwalked; i++) {
+    assert_int_equal(iof_fiber_destroy(walked[i]), -EBUSY);
+    assert_int_equal(iof_launch_cancel(walked[i]), -EBUSY);
+    assert_int_equal(iof_fiber_resume(walked[i]), -EBUSY);
+  }
+}
+
+static int hold_pool(void *arg) {
+  iof_event *ev = arg;
+  return iof_event_wait(ev);
+}
+
+static void raw_calls_refuse_queued_launches(void **state) {
+  (void)state;
+  atomic_int ran = 0;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  assert_int_equal(iof_launch(iof_io_context_executor(io), count_run, &ran), 0);
+  assert_int_equal(iof_launch(iof_io_context_executor(io), count_run, &ran), 0);
+  nwalked = nsuspended = 0;
+  assert_true(iof_fiber_walk(collect_fiber, NULL) >= 0);
+  assert_int_equal(nwalked, 2);
+  refuse_queued();
+  assert_int_equal(atomic_load(&ran), 0);
+  assert_int_equal(iof_io_context_run(io), 2);
+  assert_int_equal(atomic_load(&ran), 2);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+
+  /* A pool's inbox: its one thread is held, so the launch stays there. */
+  iof_thread_pool *p = iof_thread_pool_create(1);
+  assert_non_null(p);
+  iof_event ev;
+  assert_int_equal(iof_event_init(&ev, false), 0);
+  assert_int_equal(iof_launch(iof_thread_pool_executor(p), hold_pool, &ev), 0);
+  for (int i = 0; i < 2000; i++) { /* until the holder is parked */
+    nwalked = nsuspended = 0;
+    assert_true(iof_fiber_walk(collect_fiber, NULL) >= 0);
+    if (nsuspended == 1) break;
+    sleep_ms(1);
+  }
+  assert_int_equal(nsuspended, 1);
+  assert_int_equal(iof_launch(iof_thread_pool_executor(p), count_run, &ran), 0);
+  nwalked = 0;
+  assert_true(iof_fiber_walk(collect_fiber, NULL) >= 0);
+  assert_int_equal(nwalked, 1);
+  refuse_queued();
+  assert_int_equal(iof_event_set(&ev), 0);
+  assert_int_equal(iof_thread_pool_join(p), 0);
+  assert_int_equal(atomic_load(&ran), 3);
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+  assert_int_equal(iof_event_destroy(&ev), 0);
+}
+
 static int misuse_inside(void *arg) {
   (void)arg;
   int x = 0;
@@ -907,6 +978,8 @@ int main(void) {
                                       reset, disarm),
       cmocka_unit_test_setup_teardown(stop_callbacks_reentering, reset, disarm),
       cmocka_unit_test_setup_teardown(launch_bad_arguments, reset, disarm),
+      cmocka_unit_test_setup_teardown(raw_calls_refuse_queued_launches, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(launch_misuse_inside_fiber, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(fiber_walk_misuse, reset, disarm),

@@ -34,7 +34,9 @@ IOF_API iof_fiber *iof_fiber_create(iof_frame_allocator *alloc,
                                     size_t stack_size, iof_fn fn, void *arg);
 
 /* Runs f until it suspends or finishes. Returns 0; -EINVAL if f is NULL or
- * finished, -EBUSY if f is running. Callable from a thread or a fiber. */
+ * finished, -EBUSY if f is running or waits in the run queue of one of the
+ * library's contexts (which alone may run it). Callable from a thread or a
+ * fiber. */
 IOF_API int iof_fiber_resume(iof_fiber *f);
 
 /* The fiber running on this thread, or NULL outside fibers. */
@@ -53,7 +55,8 @@ IOF_API int iof_fiber_status(const iof_fiber *f);
 /* Frees a finished or never-started fiber (fn is then never called).
  * 0; -EINVAL on NULL or on a fiber already destroyed whose frame has not
  * been reused (a pooled frame; under ASan any poisoned frame); -EBUSY if it
- * is running or suspended mid-way. A destroyed fiber must not be used:
+ * is running, suspended mid-way or in the run queue of one of the library's
+ * contexts. A destroyed fiber must not be used:
  * under ASan a pooled frame is poisoned, so such a use is reported. */
 IOF_API int iof_fiber_destroy(iof_fiber *f);
 

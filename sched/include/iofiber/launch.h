@@ -33,8 +33,9 @@ IOF_API int iof_run_async(iof_executor_ref ex, const iof_launch_opts *opts,
 /* For authors of contexts: disposes of a fiber launched by iof_run_async
  * that never started (found in a queue at destroy): fn is not called, its
  * on_done gets -ECANCELED, the frame is freed and the work released.
- * 0; -EBUSY if it started; -EINVAL if NULL or not launched; -EDEADLK
- * from an iof_fiber_walk callback. */
+ * 0; -EBUSY if it started or is still queued on one of the library's
+ * contexts (they cancel their own at destroy); -EINVAL if NULL or not
+ * launched; -EDEADLK from an iof_fiber_walk callback. */
 IOF_API int iof_launch_cancel(iof_fiber *f);
 
 /* iof_run_async with default options. */
