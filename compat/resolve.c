@@ -90,7 +90,7 @@ void iof_compat_freeaddrinfo(struct addrinfo *res) {
 typedef struct hb_job {
   char *name;
   struct hostent he, *result;
-  int h_err, rc;
+  int h_err, rc, err; /* err: errno the call left on the resolver, or 0 */
   char *buf; /* inside mem, aligned like the caller's buffer */
   size_t len;
   char mem[];
@@ -98,8 +98,10 @@ typedef struct hb_job {
 
 static void hb_run(void *arg) {
   hb_job *j = arg;
+  errno = 0;
   j->rc = iof__libc.gethostbyname_r(j->name, &j->he, j->buf, j->len, &j->result,
                                     &j->h_err);
+  j->err = errno;
 }
 
 static void hb_release(void *arg) {
@@ -171,8 +173,11 @@ int iof_compat_gethostbyname_r(const char *name, struct hostent *ret, char *buf,
     hb_copy(j, ret, buf);
     *result = ret;
   }
+  /* As the plain call: errno is what glibc set (ERANGE for a short
+   * buffer), else the caller's. */
+  int err = j->err ? j->err : saved;
   free(j);
-  errno = saved;
+  errno = err;
   return rc;
 }
 
