@@ -284,8 +284,9 @@ static int thread_wait(int fd, int events, int64_t deadline_ns) {
   }
 }
 
-int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns) {
-  if (!op->fiber) return thread_wait(op->fd, op->events, deadline_ns);
+/* A fiber's wait linked to op's slot, so that close ends it with -EBADF.
+ * restart: whether SA_RESTART would have restarted the blocking call. */
+static int waiter_wait(iof__fd_op *op, int64_t deadline_ns, bool restart) {
   iof__fd_waiter w = {0};
   w.fw.fd = op->fd;
   w.fw.events = op->events;
@@ -293,15 +294,20 @@ int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns) {
   w.fw.on_disarm = waiter_disarm;
   w.slot = op->slot;
   w.gen = op->gen;
-  /* A timeout on the socket makes the call one SA_RESTART does not
-   * restart. */
-  bool reg = iof__compat_intr_enter(op->fiber, &w.fw.op, deadline_ns < 0);
+  bool reg = iof__compat_intr_enter(op->fiber, &w.fw.op, restart);
   int r = iof__compat_intr_leave(
       reg, iof__fd_wait_run(&w.fw, iof__compat_io(op->fiber), deadline_ns));
   if (r == 0 &&
       atomic_load_explicit(&op->slot->gen, memory_order_acquire) != op->gen)
     r = -EBADF; /* closed (and maybe reused) while the wait ended */
   return r;
+}
+
+int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns) {
+  if (!op->fiber) return thread_wait(op->fd, op->events, deadline_ns);
+  /* A timeout on the socket makes the call one SA_RESTART does not
+   * restart. */
+  return waiter_wait(op, deadline_ns, deadline_ns < 0);
 }
 
 bool iof__fd_again(iof__fd_op *op) {
@@ -344,6 +350,20 @@ static void plain_disarm(iof__fd_wait *fw) {
 int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns) {
   iof_fiber *f = iof__compat_fiber();
   if (!f) return thread_wait(fd, events, deadline_ns);
+  /* A number compat knows is watched through its slot: a close from
+   * another fiber ends the wait, and a reused number never reaches it.
+   * poll and select are never restarted by SA_RESTART. */
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  if (s &&
+      (atomic_load_explicit(&s->flags, memory_order_acquire) & IOF__FD_KNOWN)) {
+    iof__fd_op op = {0};
+    op.slot = s;
+    op.fiber = f;
+    op.gen = atomic_load_explicit(&s->gen, memory_order_acquire);
+    op.fd = fd;
+    op.events = events;
+    return waiter_wait(&op, deadline_ns, false);
+  }
   iof__fd_wait fw = {0};
   fw.fd = fd;
   fw.events = events;

@@ -184,8 +184,13 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
                : iof__libc.poll(fds, n, 0);
       return finish(ep, sfd, r, 0, saved);
     }
+    if (w == -EBADF && single) {
+      /* Closed by another fiber: what poll says of a closed number,
+       * without asking about whatever file took the number since. */
+      fds[0].revents = POLLNVAL;
+      return finish(ep, sfd, 1, 0, saved);
+    }
     if (w < 0 && w != -EBADF) return finish(ep, sfd, -1, -w, saved);
-    /* Ready, or the single fd was closed: the next check tells. */
   }
 }
 
@@ -344,6 +349,8 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
       r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
       return finish(ep, sfd, r, 0, saved);
     }
+    if (w == -EBADF && ep < 0) /* epfd closed by another fiber */
+      return finish(ep, sfd, -1, EBADF, saved);
     if (w < 0 && w != -EBADF) return finish(ep, sfd, -1, -w, saved);
   }
 }

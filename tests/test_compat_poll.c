@@ -383,12 +383,78 @@ static void test_epoll_wait(void **s) {
   close(c.p[1]);
 }
 
+/* ---- a close from another fiber ends a poll -------------------------------
+ */
+
+typedef struct close_ctx {
+  int sv[2], nsv[2];
+  int r[2], revents[2], err[2];
+  int64_t ms[2];
+} close_ctx;
+
+static close_ctx *cc;
+
+/* Two pollers on the same socket, without and with a timeout. */
+static int close_poller(void *arg) {
+  int i = (int)(intptr_t)arg;
+  struct pollfd f = {cc->sv[0], POLLIN, 0};
+  uint64_t t0 = iof_test_now_ns();
+  errno = 0;
+  cc->r[i] = iof_compat_poll(&f, 1, i ? 5000 : -1);
+  cc->err[i] = errno;
+  cc->revents[i] = f.revents;
+  cc->ms[i] = ms_since(t0);
+  return 0;
+}
+
+/* Closes the number both wait on, then makes it name a readable socket:
+ * neither poller may report the new file. */
+static int closer(void *arg) {
+  (void)arg;
+  iof_compat_usleep(30 * 1000);
+  CHECK(iof_compat_close(cc->sv[0]) == 0);
+  CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, cc->nsv) == 0);
+  CHECK(iof_compat_write(cc->nsv[1], "n", 1) == 1);
+  return 0;
+}
+
+static int close_setup(void *arg) {
+  (void)arg;
+  CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, cc->sv) == 0);
+  return 0;
+}
+
+static void test_poll_ends_on_close(void **s) {
+  (void)s;
+  close_ctx c = {0};
+  cc = &c;
+  iof_io_context *io = new_io();
+  launch(io, close_setup, NULL);
+  run_all(io);
+  launch(io, close_poller, (void *)(intptr_t)0);
+  launch(io, close_poller, (void *)(intptr_t)1);
+  launch(io, closer, NULL);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(c.r[i], 1);
+    assert_int_equal(c.revents[i], POLLNVAL);
+    assert_int_equal(c.err[i], 0);
+    assert_true(c.ms[i] < 2000); /* ended by the close, not a timeout */
+  }
+  close(c.sv[1]);
+  close(c.nsv[0]);
+  close(c.nsv[1]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      T(test_timeouts),    T(test_poll_fed_by_fiber), T(test_poll_500),
-      T(test_select_many), T(test_epoll_wait),
+      T(test_timeouts),   T(test_poll_fed_by_fiber),
+      T(test_poll_500),   T(test_select_many),
+      T(test_epoll_wait), T(test_poll_ends_on_close),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
