@@ -193,14 +193,19 @@ ssize_t iof_compat_readv(int fd, const struct iovec *iov, int cnt) {
   IOF__BLOCKING(fd, EV_READ, iof__libc.readv(fd, iov, cnt));
 }
 
+/* Receives that never block in the kernel, whatever the socket's mode: an
+ * error-queue read answers EAGAIN when the queue is empty (waiting for
+ * readability would spin: the data queue may be readable, or a HUP). */
+#define IOF__RECV_NOWAIT (MSG_DONTWAIT | MSG_ERRQUEUE)
+
 ssize_t iof_compat_recvmsg(int fd, struct msghdr *msg, int flags) {
-  if (flags & MSG_DONTWAIT) return iof__libc.recvmsg(fd, msg, flags);
+  if (flags & IOF__RECV_NOWAIT) return iof__libc.recvmsg(fd, msg, flags);
   IOF__BLOCKING(fd, EV_READ, iof__libc.recvmsg(fd, msg, flags));
 }
 
 ssize_t iof_compat_recvfrom(int fd, void *buf, size_t n, int flags,
                             struct sockaddr *addr, socklen_t *len) {
-  if (flags & MSG_DONTWAIT)
+  if (flags & IOF__RECV_NOWAIT)
     return iof__libc.recvfrom(fd, buf, n, flags, addr, len);
   iof__fd_op op;
   if (!iof__fd_begin(&op, fd, EV_READ))
@@ -347,7 +352,7 @@ ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags) {
 
 int iof_compat_recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
                         struct timespec *timeout) {
-  if (flags & MSG_DONTWAIT)
+  if (flags & IOF__RECV_NOWAIT)
     return iof__libc.recvmmsg(fd, vec, n, flags, timeout);
   IOF__BLOCKING(fd, EV_READ, iof__libc.recvmmsg(fd, vec, n, flags, timeout));
 }

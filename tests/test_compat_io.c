@@ -892,6 +892,44 @@ static void test_pool_fiber_read_and_close(void **s) {
   close(p[1]);
 }
 
+/* An error-queue read never blocks in the kernel: compat must not wait
+ * for readability either (socat's poll loop spun on it, a HUP or queued
+ * data making the fd readable while the error queue stayed empty). */
+static int sc_errqueue(void *arg) {
+  (void)arg;
+  int u = iof_compat_socket(AF_INET, SOCK_DGRAM, 0);
+  CHECK(u >= 0);
+  struct sockaddr_in a = loopback(0);
+  CHECK(bind(u, (struct sockaddr *)&a, sizeof a) == 0);
+  socklen_t al = sizeof a;
+  CHECK(getsockname(u, (struct sockaddr *)&a, &al) == 0);
+  char buf[16];
+  struct iovec iov = {buf, sizeof buf};
+  struct msghdr m;
+  memset(&m, 0, sizeof m);
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  for (int ready = 0; ready < 2; ready++) { /* nothing queued, then data */
+    if (ready)
+      CHECK(iof_compat_sendto(u, "q", 1, 0, (struct sockaddr *)&a, al) == 1);
+    uint64_t t0 = iof_test_now_ns();
+    errno = 0;
+    CHECK(iof_compat_recvmsg(u, &m, MSG_ERRQUEUE) == -1 && errno == EAGAIN);
+    errno = 0;
+    CHECK(iof_compat_recv(u, buf, sizeof buf, MSG_ERRQUEUE) == -1 &&
+          errno == EAGAIN);
+    CHECK(ms_since(t0) < 1000);
+  }
+  CHECK(iof_compat_recv(u, buf, sizeof buf, 0) == 1 && buf[0] == 'q');
+  CHECK(iof_compat_close(u) == 0);
+  return 0;
+}
+
+static void test_errqueue_never_waits(void **s) {
+  (void)s;
+  both_ways(sc_errqueue, NULL);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -914,6 +952,7 @@ int main(void) {
       T(test_nonblocking_connect),
       T(test_close_from_thread),
       T(test_pool_fiber_read_and_close),
+      T(test_errqueue_never_waits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
