@@ -177,7 +177,7 @@ static void make_fallback(void) {
   iof_io_context *io = iof_io_context_create();
   pthread_t t;
   if (!io) return;
-  if (iof__libc.pthread_create(&t, NULL, fallback_main, io) != 0) {
+  if (iof__thread_create_quiet(&t, fallback_main, io) != 0) {
     iof_io_context_destroy(io);
     return;
   }

@@ -152,8 +152,7 @@ int iof_main_ex(iof_fn fn, void *arg, const iof_main_opts *opts) {
   if (r < 0) goto out;
   unsigned started = 1;
   for (; started < n; started++)
-    if (iof__libc.pthread_create(&tid[started], NULL, worker, G.io[started]) !=
-        0)
+    if (iof__thread_create_quiet(&tid[started], worker, G.io[started]) != 0)
       break;
   (void)iof_io_context_run(G.io[0]);
   stop_all();

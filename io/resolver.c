@@ -149,7 +149,7 @@ static int arm(iof_io_op *op) {
   int max = iof__resolver_max_threads;
   if (max < 1 || max > MAX_WORKERS) max = MAX_WORKERS;
   if (rs->idle <= queued && rs->started < max) {
-    if (pthread_create(&rs->threads[rs->started], NULL, worker, rs) == 0)
+    if (iof__thread_create_quiet(&rs->threads[rs->started], worker, rs) == 0)
       rs->started++;
     else if (!rs->started) {
       pthread_mutex_unlock(&rs->lock);

@@ -60,6 +60,12 @@ IOF_HIDDEN int iof__stop_callback_register(iof_stop_callback *cb,
 
 /* Adds a new chain to the registry of live fibers / removes it (before its
  * frame is freed). One short lock each; nothing on switches. */
+/* pthread_create for the runtime's own threads: they start with every
+ * signal blocked but those a thread raises on itself (faults, SIGPIPE).
+ * 0 or pthread_create's error number. */
+IOF_HIDDEN int iof__thread_create_quiet(pthread_t *t, void *(*fn)(void *),
+                                        void *arg);
+
 IOF_HIDDEN void iof__debug_register(iof_chain *c);
 IOF_HIDDEN void iof__debug_unregister(iof_chain *c);
 /* True on a thread inside iof_fiber_walk's callback, which holds the

@@ -316,7 +316,7 @@ iof_thread_pool *iof_thread_pool_create(size_t n) {
   atomic_init(&p->queued, 0);
   p->spin_policy.credit = 4;
   for (size_t i = 0; i < n; i++) {
-    int r = pthread_create(&t[i], NULL, worker, p);
+    int r = iof__thread_create_quiet(&t[i], worker, p);
     if (r != 0) {
       p->n = i;
       iof_thread_pool_destroy(p);

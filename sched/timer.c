@@ -160,13 +160,7 @@ static int ensure_thread(void) {
     pthread_join(svc.thread, NULL);
     svc.joinable = false;
   }
-  /* The service takes no process signals: they belong to the program's
-   * own threads (and libev's handlers). */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int r = pthread_create(&svc.thread, NULL, service_main, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int r = iof__thread_create_quiet(&svc.thread, service_main, NULL);
   if (r != 0) return -EAGAIN;
   svc.running = true;
   svc.joinable = true;

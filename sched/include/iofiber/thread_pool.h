@@ -11,7 +11,9 @@ extern "C" {
 
 typedef struct iof_thread_pool iof_thread_pool;
 
-/* Starts n threads (1..1024). NULL with errno EINVAL, ENOMEM or EAGAIN. */
+/* Starts n threads (1..1024). They block every signal but faults and
+ * SIGPIPE, so signals sent to the process reach the program's own threads.
+ * NULL with errno EINVAL, ENOMEM or EAGAIN. */
 IOF_API iof_thread_pool *iof_thread_pool_create(size_t n);
 
 /* The pool's executor: post from any thread; dispatch runs inline when the
