@@ -6,10 +6,12 @@
 
 #include "compat/fd_table.h"
 #include "compat/signal_internal.h"
+#include "compat/thread_internal.h"
 
 #include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/signalfd.h>
 
 /* Handler runs, counted: any handler, and those without SA_RESTART. */
@@ -31,6 +33,7 @@ static atomic_bool waiting;
 static atomic_int deferred[NSIG];
 static siginfo_t deferred_info[NSIG];
 static void run_deferred(void);
+static bool run_pending(uint64_t pending);
 
 /* The wake-up of main's io thread: started on the loop of main's first
  * interruptible wait (unreferenced: it never keeps a loop running). */
@@ -68,7 +71,16 @@ static void watch(iof_io_context *io) {
 }
 
 bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op, bool restartable) {
-  if (!f || f != main_fiber) return false;
+  if (!f) return false;
+  if (f != main_fiber) {
+    /* A fiber thread: pthread_kill interrupts it (see thread.c). Signals
+     * sent while it ran are handled now, before the call, as the kernel
+     * runs a handler before the thread's next system call. */
+    uint64_t pending;
+    bool reg = iof__cthread_intr_enter(f, op, restartable, &pending);
+    if (pending) (void)run_pending(pending);
+    return reg;
+  }
   watch(iof__compat_io(f));
   /* waiting before the snapshot: a handler either ran before it (and
    * does not interrupt this call, as with the kernel) or sees waiting. */
@@ -82,6 +94,15 @@ bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op, bool restartable) {
 
 int iof__compat_intr_leave(bool registered, int r) {
   if (!registered) return r;
+  iof_fiber *f = iof_fiber_current();
+  if (f != main_fiber) {
+    bool restartable = false;
+    uint64_t pending = iof__cthread_intr_leave(f, &restartable);
+    bool norestart = run_pending(pending);
+    if (r == -EINTR && restartable && !norestart)
+      return 0; /* only SA_RESTART handlers: the call goes on */
+    return r;
+  }
   bool restartable = mw.restartable;
   unsigned snap = restartable ? mw.snap_norestart : mw.snap_any;
   mw.op = NULL;
@@ -217,6 +238,25 @@ static void tramp_info(int sig, siginfo_t *si, void *uc) {
  * plain fiber context, so their calls may even suspend; one that leaves
  * with siglongjmp restores the mask its sigsetjmp saved. ucontext is
  * NULL: there is no interrupted machine context to show. */
+/* Runs the program's handler for s in plain fiber context; its flags, or
+ * -1 when it has none. */
+static int run_user(int s, siginfo_t *si) {
+  void *h = atomic_load_explicit(&user_handler[s], memory_order_acquire);
+  int fl = atomic_load_explicit(&user_flags[s], memory_order_relaxed);
+  if (!h || fl == -1) return -1;
+  sigset_t m = user_mask[s], old;
+  if (!(fl & SA_NODEFER)) sigaddset(&m, s);
+  pthread_sigmask(SIG_BLOCK, &m, &old);
+  int e = errno;
+  if (fl & SA_SIGINFO)
+    ((void (*)(int, siginfo_t *, void *))h)(s, si, NULL);
+  else
+    ((void (*)(int))h)(s);
+  errno = e;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return fl;
+}
+
 static void run_deferred(void) {
   for (int s = 1; s < NSIG; s++) {
     if (atomic_load_explicit(&deferred[s], memory_order_relaxed) != 2) continue;
@@ -224,20 +264,37 @@ static void run_deferred(void) {
     if (!atomic_compare_exchange_strong(&deferred[s], &ready, 1)) continue;
     siginfo_t si = deferred_info[s];
     atomic_store(&deferred[s], 0);
-    void *h = atomic_load_explicit(&user_handler[s], memory_order_acquire);
-    int fl = atomic_load_explicit(&user_flags[s], memory_order_relaxed);
-    if (!h || fl == -1) continue;
-    sigset_t m = user_mask[s], old;
-    if (!(fl & SA_NODEFER)) sigaddset(&m, s);
-    pthread_sigmask(SIG_BLOCK, &m, &old);
-    int e = errno;
-    if (fl & SA_SIGINFO)
-      ((void (*)(int, siginfo_t *, void *))h)(s, &si, NULL);
-    else
-      ((void (*)(int))h)(s);
-    errno = e;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    (void)run_user(s, &si);
   }
+}
+
+bool iof__compat_has_handler(int sig) {
+  return sig > 0 && sig < NSIG &&
+         atomic_load_explicit(&user_handler[sig], memory_order_acquire) &&
+         atomic_load_explicit(&user_flags[sig], memory_order_relaxed) != -1;
+}
+
+int iof__compat_run_handler(int sig) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  si.si_signo = sig;
+  si.si_code = SI_TKILL;
+  si.si_pid = getpid();
+  si.si_uid = getuid();
+  return run_user(sig, &si);
+}
+
+/* The signals pthread_kill left for a fiber thread (bits sig - 1), run in
+ * order; whether one of them lacked SA_RESTART. */
+static bool run_pending(uint64_t pending) {
+  bool norestart = false;
+  for (int s = 1; pending && s <= 64; s++) {
+    if (!(pending & ((uint64_t)1 << (s - 1)))) continue;
+    pending &= ~((uint64_t)1 << (s - 1));
+    int fl = iof__compat_run_handler(s);
+    if (fl != -1 && !(fl & SA_RESTART)) norestart = true;
+  }
+  return norestart;
 }
 
 static bool is_tramp(const struct sigaction *sa) {

@@ -43,6 +43,14 @@ IOF_HIDDEN int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns);
  * a signal then waits for the wait to end). */
 IOF_HIDDEN int iof__compat_admit_fd(const sigset_t *mask);
 
+/* Whether the program installed a handler for sig through compat. */
+IOF_HIDDEN bool iof__compat_has_handler(int sig);
+
+/* Runs the program's handler for sig here, in the calling fiber, as for a
+ * signal sent to this thread (si_code SI_TKILL), its sa_mask blocked.
+ * Returns its sa_flags, or -1 when there is no handler (any more). */
+IOF_HIDDEN int iof__compat_run_handler(int sig);
+
 /* After a program's handler for sig returned (flags: its sa_flags).
  * Async-signal-safe; keeps errno. */
 IOF_HIDDEN void iof__compat_signal_ran(int sig, int flags);

@@ -7,6 +7,7 @@
  * ends, joined or not; the record alone stays until pthread_join (or goes
  * at once when detached), like the few bytes a real thread keeps for its
  * joiner. pthread_exit unwinds to the chain's entry with longjmp. */
+#include "compat/signal_internal.h"
 #include "compat/thread_internal.h"
 
 #include <errno.h>
@@ -28,11 +29,16 @@ struct iof__cthread {
   void (*on_end)(void *ret);
   atomic_int lk;
   bool done, detached, joining;
+  bool intr_restart; /* intr_op is one SA_RESTART restarts */
   iof__waitq joiner;
+  /* pthread_kill's signals for it (bit sig - 1) and its interruptible
+   * wait, both under lk (see iof__cthread_intr_enter). */
+  uint64_t sig_pending;
+  iof_io_op *intr_op;
 };
 
 /* What a never-joined thread keeps (documented in docs/porting.md). */
-_Static_assert(sizeof(struct iof__cthread) <= 80, "join record size");
+_Static_assert(sizeof(struct iof__cthread) <= 96, "join record size");
 
 static atomic_long live_threads;
 static void (*_Atomic idle_hook)(void);
@@ -266,14 +272,65 @@ int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
   return r;
 }
 
+/* The record of fiber f if it is a fiber thread's, else NULL. */
+static iof__cthread *record_of_fiber(iof_fiber *f) {
+  iof_chain *c = f ? f->sched : NULL;
+  return c && c->fn == thread_main ? c->arg : NULL;
+}
+
+static uint64_t sig_bit(int sig) {
+  return sig > 0 && sig <= 64 ? (uint64_t)1 << (sig - 1) : 0;
+}
+
+bool iof__cthread_intr_enter(iof_fiber *f, struct iof_io_op *op,
+                             bool restartable, uint64_t *pending) {
+  iof__cthread *t = record_of_fiber(f);
+  *pending = 0;
+  if (!t) return false;
+  iof__lk_lock(&t->lk);
+  *pending = t->sig_pending;
+  t->sig_pending = 0;
+  t->intr_op = op;
+  t->intr_restart = restartable;
+  iof__lk_unlock(&t->lk);
+  return true;
+}
+
+uint64_t iof__cthread_intr_leave(iof_fiber *f, bool *restartable) {
+  iof__cthread *t = record_of_fiber(f);
+  if (!t) return 0;
+  iof__lk_lock(&t->lk);
+  uint64_t p = t->sig_pending;
+  t->sig_pending = 0;
+  t->intr_op = NULL;
+  *restartable = t->intr_restart;
+  iof__lk_unlock(&t->lk);
+  return p;
+}
+
 int iof_compat_pthread_kill(pthread_t thread, int sig) {
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_kill(thread, sig);
   if (sig < 0 || sig >= NSIG) return EINVAL;
   if (sig == 0) return 0; /* "does it exist": it is not yet joined */
-  /* A fiber has no signal mask or pending set of its own: the signal goes
-   * to the process (the handler runs on whichever fiber is current). */
-  return kill(getpid(), sig) == 0 ? 0 : errno;
+  /* Without a handler of the program's the signal's action is the
+   * process's (terminate, stop, ignore): it goes to the process. */
+  if (!iof__compat_has_handler(sig) || !sig_bit(sig))
+    return kill(getpid(), sig) == 0 ? 0 : errno;
+  if (t == self_record()) { /* as raise(): the handler runs before return */
+    iof__compat_run_handler(sig);
+    return 0;
+  }
+  /* Like a thread's pending signal: its handler runs in that fiber, and
+   * the interruptible call it waits in returns EINTR (or is restarted
+   * under SA_RESTART). A fiber not waiting runs it at its next call. */
+  iof__lk_lock(&t->lk);
+  if (t->fiber) {
+    t->sig_pending |= sig_bit(sig);
+    if (t->intr_op) (void)iof__io_complete(t->intr_op, -EINTR);
+  }
+  iof__lk_unlock(&t->lk);
+  return 0;
 }
 
 int iof_compat_pthread_cancel(pthread_t thread) {

@@ -29,6 +29,17 @@ static inline iof_fiber *iof__cthr_fiber(void) {
   return f != &th->root && f->env ? f : NULL;
 }
 
+struct iof_io_op;
+
+/* Thread-directed signals for fiber threads (pthread_kill). enter: when f
+ * is a fiber thread, registers op as its wait that a pthread_kill ends
+ * with -EINTR and takes the signals left for it meanwhile (*pending, bit
+ * sig - 1, for the caller to run now); false for other fibers. leave: ends
+ * the registration and returns the signals that came during the wait. */
+IOF_HIDDEN bool iof__cthread_intr_enter(iof_fiber *f, struct iof_io_op *op,
+                                        bool restartable, uint64_t *pending);
+IOF_HIDDEN uint64_t iof__cthread_intr_leave(iof_fiber *f, bool *restartable);
+
 /* Who owns a lock: the running fiber, or outside fibers a per-thread
  * token (not the thread's fiber state, which it need not have). */
 IOF_HIDDEN void *iof__cthr_self(void);

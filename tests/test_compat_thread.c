@@ -12,7 +12,9 @@
 #include <limits.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <poll.h>
 #include <signal.h>
+#include <string.h>
 #include <time.h>
 
 IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
@@ -1073,6 +1075,93 @@ static void test_barrier(void **state) {
   assert_no_failures();
 }
 
+/* ---- pthread_kill to a fiber thread ------------------------------------ */
+
+/* Apache's worker MPM wakes its listener thread this way: a flag, then
+ * pthread_kill with a signal whose handler (no SA_RESTART) interrupts the
+ * listener's poll. The handler runs in the target, and its blocking call
+ * returns EINTR; with SA_RESTART a read goes on. */
+static atomic_int kill_hits;
+static pthread_t kill_ran_in;
+static atomic_bool may_exit;
+static int kill_pipe[2];
+
+static void on_kill(int sig) {
+  (void)sig;
+  atomic_fetch_add(&kill_hits, 1);
+  kill_ran_in = iof_compat_pthread_self();
+}
+
+typedef struct listener_out {
+  int polls, eintr, read_r, hits_at_read;
+} listener_out;
+
+static void *listener(void *arg) {
+  listener_out *o = arg;
+  while (!atomic_load(&may_exit) && o->polls < 100) {
+    struct pollfd p = {kill_pipe[0], POLLIN, 0};
+    o->polls++;
+    if (iof_compat_poll(&p, 1, -1) < 0 && errno == EINTR) o->eintr++;
+  }
+  return NULL;
+}
+
+static void *reader(void *arg) {
+  listener_out *o = arg;
+  char c = 0;
+  o->read_r = (int)iof_compat_read(kill_pipe[0], &c, 1);
+  o->hits_at_read = atomic_load(&kill_hits);
+  return NULL;
+}
+
+static int pthread_kill_main(void *arg) {
+  (void)arg;
+  CHECK(iof_compat_pipe(kill_pipe) == 0);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_kill;
+  sigemptyset(&sa.sa_mask);
+  CHECK(iof_compat_sigaction(SIGUSR1, &sa, NULL) == 0);
+  listener_out lo = {0};
+  pthread_t t;
+  CHECK(iof_compat_pthread_create(&t, NULL, listener, &lo) == 0);
+  CHECK(iof_compat_usleep(20 * 1000) == 0);
+  atomic_store(&may_exit, true);
+  CHECK(iof_compat_pthread_kill(t, SIGUSR1) == 0);
+  CHECK(iof_compat_pthread_join(t, NULL) == 0);
+  CHECK(lo.polls == 1 && lo.eintr == 1);
+  CHECK(atomic_load(&kill_hits) == 1);
+  CHECK(iof_compat_pthread_equal(kill_ran_in, t));
+
+  /* SA_RESTART: the read is not interrupted; the handler runs in it. */
+  sa.sa_flags = SA_RESTART;
+  CHECK(iof_compat_sigaction(SIGUSR1, &sa, NULL) == 0);
+  listener_out ro = {0};
+  CHECK(iof_compat_pthread_create(&t, NULL, reader, &ro) == 0);
+  CHECK(iof_compat_usleep(20 * 1000) == 0);
+  CHECK(iof_compat_pthread_kill(t, SIGUSR1) == 0);
+  CHECK(iof_compat_usleep(20 * 1000) == 0);
+  CHECK(atomic_load(&kill_hits) == 2); /* ran while the read waits */
+  CHECK(iof_compat_write(kill_pipe[1], "x", 1) == 1);
+  CHECK(iof_compat_pthread_join(t, NULL) == 0);
+  CHECK(ro.read_r == 1 && ro.hits_at_read == 2);
+  CHECK(iof_compat_pthread_equal(kill_ran_in, t));
+
+  /* To itself, as raise(): before pthread_kill returns. */
+  CHECK(iof_compat_pthread_kill(iof_compat_pthread_self(), SIGUSR1) == 0);
+  CHECK(atomic_load(&kill_hits) == 3);
+  sa.sa_handler = SIG_DFL;
+  CHECK(iof_compat_sigaction(SIGUSR1, &sa, NULL) == 0);
+  CHECK(iof_compat_close(kill_pipe[0]) == 0);
+  CHECK(iof_compat_close(kill_pipe[1]) == 0);
+  return 0;
+}
+
+static void test_pthread_kill_fiber_thread(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(pthread_kill_main, NULL), 0);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--child")) return child_main(argv[2]);
   const struct CMUnitTest tests[] = {
@@ -1105,6 +1194,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_main_exit_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sem, setup, teardown),
       cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pthread_kill_fiber_thread, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,6 +85,10 @@ IOF_API int iof_compat_pthread_getname_np(pthread_t thread, char *buf,
 IOF_API int iof_compat_pthread_getattr_np(pthread_t thread,
                                           pthread_attr_t *attr);
 #endif
+/* To a fiber thread with a signal the program handles (installed through
+ * iof_compat_sigaction): the handler runs in that fiber, whose waiting call
+ * returns EINTR (unless SA_RESTART restarts it); to itself at once. Other
+ * signals go to the process. 0; EINVAL for a bad sig. */
 IOF_API int iof_compat_pthread_kill(pthread_t thread, int sig);
 IOF_API int iof_compat_pthread_cancel(pthread_t thread);
 
