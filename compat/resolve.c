@@ -91,7 +91,7 @@ typedef struct hb_job {
   char *name;
   struct hostent he, *result;
   int h_err, rc, err; /* err: errno the call left on the resolver, or 0 */
-  char *buf; /* inside mem, aligned like the caller's buffer */
+  char *buf;          /* inside mem, aligned like the caller's buffer */
   size_t len;
   char mem[];
 } hb_job;

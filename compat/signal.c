@@ -233,13 +233,11 @@ static void tramp_info(int sig, siginfo_t *si, void *uc) {
   leave(sig);
 }
 
-/* In main, after its wait: the deferred handlers, each with its sa_mask
- * (and itself, unless SA_NODEFER) blocked as the kernel would. They run in
- * plain fiber context, so their calls may even suspend; one that leaves
- * with siglongjmp restores the mask its sigsetjmp saved. ucontext is
- * NULL: there is no interrupted machine context to show. */
-/* Runs the program's handler for s in plain fiber context; its flags, or
- * -1 when it has none. */
+/* Runs the program's handler for s in plain fiber context, with its
+ * sa_mask (and s itself, unless SA_NODEFER) blocked as the kernel would;
+ * its flags, or -1 when it has none. Its calls may even suspend; one that
+ * leaves with siglongjmp restores the mask its sigsetjmp saved. ucontext
+ * is NULL: there is no interrupted machine context to show. */
 static int run_user(int s, siginfo_t *si) {
   void *h = atomic_load_explicit(&user_handler[s], memory_order_acquire);
   int fl = atomic_load_explicit(&user_flags[s], memory_order_relaxed);
@@ -257,6 +255,7 @@ static int run_user(int s, siginfo_t *si) {
   return fl;
 }
 
+/* In main, after its wait: the handlers deferred to it. */
 static void run_deferred(void) {
   for (int s = 1; s < NSIG; s++) {
     if (atomic_load_explicit(&deferred[s], memory_order_relaxed) != 2) continue;
