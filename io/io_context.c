@@ -226,7 +226,10 @@ static int io_timer_arm(iof_execution_context *ctx, iof__timer *t) {
    * ran since the loop last woke: refresh it, or the timer fires early;
    * and count from the absolute deadline read before the refresh, so that
    * libev's now is later, never earlier. A preemption between the two
-   * reads would make the timer late by as much: read again then. */
+   * reads would make the timer late by as much: read again then. A
+   * deadline passed already (an in-order sleep preempted before it got
+   * here) keeps its place among the other due timers: libev takes a
+   * negative interval and fires it with them, in order of expiry. */
   int64_t before, left;
   for (int tries = 0;; tries++) {
     before = iof__now_ns();
@@ -234,7 +237,7 @@ static int io_timer_arm(iof_execution_context *ctx, iof__timer *t) {
     if (iof__now_ns() - before < 50000 || tries == 3) break;
   }
   left = iof__sat_sub(t->deadline, before);
-  ev_timer_init(e, io_timer_cb, left > 0 ? (double)left / 1e9 : 0., 0.);
+  ev_timer_init(e, io_timer_cb, (double)left / 1e9, 0.);
   e->data = t;
   ev_timer_start(io->loop, e);
   return 0;

@@ -60,9 +60,9 @@ typedef struct iof__ctx_kind {
 /* Arms t: fire(arg) runs once at or after deadline_ns, on the loop of ex's
  * context if that context has one and the calling thread runs it, else on
  * the timer service (ex may be empty: a plain thread). A deadline already
- * passed fires soon, never inside this call. 0 or -ENOMEM/-EAGAIN (the
- * loop or the service could not grow, or the service could not start;
- * fire never runs). */
+ * passed fires soon, never inside this call, in order of deadline with
+ * the other due timers. 0 or -ENOMEM/-EAGAIN (the loop or the service
+ * could not grow, or the service could not start; fire never runs). */
 IOF_HIDDEN int iof__timer_arm(iof__timer *t, iof_executor_ref ex,
                               int64_t deadline_ns, void (*fire)(void *),
                               void *arg);

@@ -386,6 +386,57 @@ static void cancel_timeout_and_wake_race_resume_once(void **state) {
   assert_int_equal(counts[0] + counts[1] + counts[2], ROUNDS);
 }
 
+/* ---- passed deadlines keep their order -------------------------------- */
+
+/* A timer armed on the loop with a deadline passed already (an in-order
+ * sleep preempted between its check and its arm) fires with the other due
+ * timers in order of deadline, not of arming: three armed latest-first
+ * fire earliest-first. */
+typedef struct passed {
+  iof_io_context *io;
+  int order[3];
+  int n;
+} passed;
+
+typedef struct passed_fire {
+  passed *p;
+  int id;
+} passed_fire;
+
+static void passed_fire_fn(void *arg) {
+  passed_fire *f = arg;
+  if (f->p->n < 3) f->p->order[f->p->n] = f->id;
+  f->p->n++;
+}
+
+static int passed_fn(void *arg) {
+  passed *p = arg;
+  iof__timer t[3];
+  passed_fire f[3];
+  int64_t now = iof_now_ns();
+  for (int i = 0; i < 3; i++) {
+    f[i] = (passed_fire){p, i};
+    CHECK(iof__timer_arm(&t[i], iof_io_context_executor(p->io),
+                         now - (i + 1) * MS, passed_fire_fn, &f[i]) == 0);
+  }
+  CHECK(p->n == 0); /* never inside the arm */
+  CHECK(iof_sleep_for(5 * MS) == 0);
+  for (int i = 0; i < 3; i++) iof__timer_cancel(&t[i]);
+  return 0;
+}
+
+static void passed_deadlines_fire_in_deadline_order(void **state) {
+  (void)state;
+  passed p = {new_io(), {-1, -1, -1}, 0};
+  assert_int_equal(iof_launch(iof_io_context_executor(p.io), passed_fn, &p), 0);
+  assert_true(iof_io_context_run(p.io) >= 1);
+  assert_int_equal(p.n, 3);
+  assert_int_equal(p.order[0], 2);
+  assert_int_equal(p.order[1], 1);
+  assert_int_equal(p.order[2], 0);
+  assert_int_equal(iof_io_context_destroy(p.io), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -393,6 +444,7 @@ int main(void) {
       T(timed_waits_on_a_pool_and_a_thread_use_the_service),
       T(a_forked_child_gets_its_own_timer_service),
       T(cancel_timeout_and_wake_race_resume_once),
+      T(passed_deadlines_fire_in_deadline_order),
 #undef T
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

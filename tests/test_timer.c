@@ -228,17 +228,26 @@ typedef struct ordered {
   long seq;
   int r;
   bool until;
+  bool suspended;
   int64_t d;
 } ordered;
 
 static long wake_seq;
+static long fiber_steps; /* starts and wakes of all sleepers */
 
+/* A deadline that passed before the call (a preemption between the two
+ * reads of the clock) returns at once by contract, ahead of sleeps due
+ * earlier whose timers have not run yet: only sleeps that suspended (some
+ * other sleeper ran meanwhile) are held to the order. */
 static int ordered_fn(void *arg) {
   ordered *o = arg;
+  long steps = ++fiber_steps;
   o->deadline = iof_now_ns() + o->d;
   o->r = o->until ? iof_sleep_until(o->deadline) : iof_sleep_for(o->d);
   o->woke = iof_now_ns();
+  o->suspended = fiber_steps != steps;
   o->seq = wake_seq++;
+  fiber_steps++;
   return 0;
 }
 
@@ -261,16 +270,18 @@ static void ten_thousand_sleeps_wake_in_deadline_order(void **state) {
     o[i].r = 1;
   }
   wake_seq = 0;
+  fiber_steps = 0;
   int64_t t0 = iof_now_ns();
   for (int i = 0; i < NSLEEPERS; i++) launch(io, ordered_fn, &o[i]);
   run_all(io);
   int64_t total = iof_now_ns() - t0;
   assert_int_equal(wake_seq, NSLEEPERS);
-  int early = 0, misordered = 0, until = 0;
+  int early = 0, misordered = 0, until = 0, at_once = 0;
   int64_t worst_early = 0, worst_inversion = 0;
   for (int i = 0; i < NSLEEPERS; i++) {
     assert_int_equal(o[i].r, 0);
     until += o[i].until;
+    at_once += o[i].until && !o[i].suspended;
     if (o[i].woke < o[i].deadline) {
       early++;
       if (o[i].deadline - o[i].woke > worst_early)
@@ -281,7 +292,7 @@ static void ten_thousand_sleeps_wake_in_deadline_order(void **state) {
   assert_int_equal(until, NORDERED);
   int64_t max_deadline = INT64_MIN;
   for (int i = 0; i < NSLEEPERS; i++) {
-    if (!by_seq[i]->until) continue;
+    if (!by_seq[i]->until || !by_seq[i]->suspended) continue;
     int64_t dl = by_seq[i]->deadline;
     /* Every sleep_until that woke before this one had a deadline no later
      * than this one's, ties within 1 ms allowed. */
@@ -302,6 +313,11 @@ static void ten_thousand_sleeps_wake_in_deadline_order(void **state) {
              early, (long long)(worst_early / 1000), misordered,
              (long long)(worst_inversion / 1000));
   assert_true(total < HANG_GUARD_NS); /* no hang (generous: load) */
+  /* The order is checked on (nearly) all of them: a preemption in the
+   * window of a few instructions is rare even under load. */
+  if (getenv("IOF_TEST_DEBUG"))
+    fprintf(stderr, "%d returned at once\n", at_once);
+  assert_true(at_once < NORDERED / 100);
   free(o);
   free(by_seq);
   assert_int_equal(iof_io_context_destroy(io), 0);
