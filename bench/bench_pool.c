@@ -25,6 +25,8 @@
  *   launch_1thr_cv  the same, waiting on a condition variable: the
  *                 sleeping thread's wake-up in every batch (vs io_launch)
  *   launch_2thr   on a 2-thread pool, iof_event (vs io_launch)
+ *   line_rt       no runtime: a cache line's round trip between two
+ *                 threads, the host's price of every cross-thread hand-off
  *
  * The hop's goal is absolute: budget_5us spins for 5 us per operation (not
  * a measurement of the runtime) and hop_1thr_1_vs_5us is hop_1thr_1's
@@ -237,6 +239,53 @@ static int launch_2thr_setup(void *arg) {
   return setup_warm(arg, 2, BATCH, pool_launch_body);
 }
 
+/* ---- the machine's own cross-thread cost --------------------------------
+ * A cache line's round trip between two threads, runtime-free: what one
+ * hand-off of a line from thread to thread costs here. A launch onto
+ * another thread moves several (the frame's control block, the queue's
+ * head, the registry's), so launch_1thr follows this figure, which
+ * depends on where the hypervisor or scheduler put the two threads. */
+typedef struct line_rt {
+  _Alignas(64) atomic_int ball; /* 1: the peer's turn */
+  _Alignas(64) atomic_bool quit;
+  pthread_t peer;
+} line_rt;
+
+static void *line_peer(void *arg) {
+  line_rt *l = arg;
+  while (!atomic_load_explicit(&l->quit, memory_order_relaxed)) {
+    if (atomic_load_explicit(&l->ball, memory_order_acquire) == 1)
+      atomic_store_explicit(&l->ball, 0, memory_order_release);
+    else
+      bench_pause();
+  }
+  return NULL;
+}
+
+static int line_rt_setup(void *arg) {
+  line_rt *l = arg;
+  atomic_init(&l->ball, 0);
+  atomic_init(&l->quit, false);
+  int rc = pthread_create(&l->peer, NULL, line_peer, l);
+  return rc ? -rc : 0;
+}
+
+static int line_rt_body(void *arg, uint64_t iters) {
+  line_rt *l = arg;
+  for (uint64_t i = 0; i < iters; i++) {
+    atomic_store_explicit(&l->ball, 1, memory_order_release);
+    while (atomic_load_explicit(&l->ball, memory_order_acquire) != 0)
+      bench_pause();
+  }
+  return 0;
+}
+
+static void line_rt_teardown(void *arg) {
+  line_rt *l = arg;
+  atomic_store(&l->quit, true);
+  pthread_join(l->peer, NULL);
+}
+
 static int budget_body(void *arg, uint64_t iters) {
   (void)arg;
   return bench_spin_budget(HOP_BUDGET_NS, iters);
@@ -244,6 +293,7 @@ static int budget_body(void *arg, uint64_t iters) {
 
 int bench_suite_pool(bench_ctx *ctx) {
   pool_state st = {0};
+  line_rt line;
 #define POOL_CASE(nm, un, base, su, bo)                                        \
   {                                                                            \
     .name = nm, .unit = un, .baseline = base, .arg = &st, .setup = su,         \
@@ -272,6 +322,12 @@ int bench_suite_pool(bench_ctx *ctx) {
                 launch_1thr_cv_setup, pool_launch_body),
       POOL_CASE("launch_2thr", "ns/launch", "io_launch", launch_2thr_setup,
                 pool_launch_body),
+      {.name = "line_rt",
+       .unit = "ns/round trip",
+       .arg = &line,
+       .setup = line_rt_setup,
+       .body = line_rt_body,
+       .teardown = line_rt_teardown},
       {.name = "budget_5us", .unit = "ns/hop", .body = budget_body},
   };
 #undef POOL_CASE
