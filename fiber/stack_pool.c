@@ -10,15 +10,21 @@
  *
  * Counting. The live frames are two counters: `live_own`, counted by the
  * pool's owner thread (the first thread that made a cache for it, until it
- * exits) with a relaxed load and store, and `live_shared`, counted by every
- * other thread with an atomic read-modify-write. The two locked RMWs of a
- * spawn (one per allocation, one per free) cost about 12 ns of 38 (each
- * waits for the store buffer to drain), and most pools are used by one io
- * thread. live = own + shared (mod 2^64; a frame may be counted up by one
- * and down by the other). peak takes the sum at each allocation (a CAS
- * only when it rises): exact for a pool one thread uses; with several, a
- * sum of two loads that may be a moment apart, so it can be off by the
- * allocations in flight. Everything else is derived or owner-written:
+ * exits) with a relaxed load and store, and `live_shared`, where every
+ * other thread's cache flushes its own count (`delta`, written by that
+ * thread only) once it reaches +-FLUSH_EVERY, with one atomic
+ * read-modify-write. A locked RMW per allocation and per free cost a spawn
+ * about 12 ns of 38 (each waits for the store buffer to drain), and when
+ * frames are launched on one thread and freed on another (a thread pool)
+ * or two threads share the pool, a counter both write moves its cache line
+ * between their cores on every launch (~230 ns each way on some hosts).
+ * live = own + shared + the deltas (mod 2^64; a frame may be counted up by
+ * one and down by another), summed by stats under the pool lock. peak
+ * takes own + shared at each owner allocation and at each flush (a CAS
+ * only when it rises): exact for a pool only its owner uses; otherwise it
+ * may miss up to FLUSH_EVERY - 1 frames per other thread, and two loads a
+ * moment apart may skew it by the allocations in flight. Everything else
+ * is derived or owner-written:
  * - allocated: per-thread counters, written only by the thread that owns
  *   the cache (relaxed load + store, no RMW), summed by stats under the
  *   pool lock; a thread that exits folds its count into `retired`.
@@ -28,7 +34,8 @@
  *   RMW per alloc and per free) to refuse allocations past it.
  * - mapped, failed and the counts of threads without a cache are global
  *   atomics touched only on slow paths (mmap, munmap, errors, depot).
- * All figures are exact whenever no allocation or free is in flight.
+ * All figures but peak are exact whenever no allocation or free is in
+ * flight.
  *
  * Guards. A stack of its own is one mapping with a guard page under it
  * (stack_map.c). Dense stacks (IOF_STACK_GUARD_CHUNK, or AUTO once the
@@ -74,8 +81,11 @@ typedef struct pool_cache {
   /* Written by the owner only (relaxed load + store); read by stats. */
   atomic_size_t n;         /* stacks in this cache */
   atomic_size_t allocated; /* successful allocations by this thread */
+  atomic_long delta;       /* live frames not yet flushed to live_shared */
   bool own; /* the pool's owner cache: counts in live_own (set under lock) */
 } pool_cache;
+
+#define FLUSH_EVERY 32 /* see Counting */
 
 struct iof_stack_pool {
   iof_frame_allocator base;
@@ -340,6 +350,10 @@ static void thread_exit(void *unused) {
         break;
       }
     p->retired += atomic_load_explicit(&c->allocated, memory_order_relaxed);
+    atomic_fetch_add_explicit(
+        &p->live_shared,
+        (size_t)atomic_load_explicit(&c->delta, memory_order_relaxed),
+        memory_order_relaxed);
     /* The lock orders this thread's last live_own update before the next
      * owner's first. */
     if (p->owner == c) p->owner = NULL;
@@ -424,9 +438,41 @@ static void unreserve(iof_stack_pool *p, size_t size) {
     atomic_fetch_sub_explicit(&p->reserved, size, memory_order_relaxed);
 }
 
-static inline size_t live_of(iof_stack_pool *p) {
-  return atomic_load_explicit(&p->live_own, memory_order_relaxed) +
-         atomic_load_explicit(&p->live_shared, memory_order_relaxed);
+/* Live frames: own + shared + every cache's delta (p->lock held). */
+static size_t live_locked(iof_stack_pool *p) {
+  size_t live = atomic_load_explicit(&p->live_own, memory_order_relaxed) +
+                atomic_load_explicit(&p->live_shared, memory_order_relaxed);
+  for (pool_cache *c = p->caches; c; c = c->next)
+    live += (size_t)atomic_load_explicit(&c->delta, memory_order_relaxed);
+  return live;
+}
+
+static inline void raise_peak(iof_stack_pool *p, size_t live) {
+  size_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
+  while (__builtin_expect(live > peak, 0) &&
+         !atomic_compare_exchange_weak_explicit(&p->peak, &peak, live,
+                                                memory_order_relaxed,
+                                                memory_order_relaxed)) {
+  }
+}
+
+/* Counts d (+1 or -1) in c, a cache that is not the owner's; at
+ * +-FLUSH_EVERY the count goes to live_shared. */
+static inline void count_delta(iof_stack_pool *p, pool_cache *c, long d) {
+  d += atomic_load_explicit(&c->delta, memory_order_relaxed);
+  if (__builtin_expect(d < FLUSH_EVERY && d > -FLUSH_EVERY, 1)) {
+    atomic_store_explicit(&c->delta, d, memory_order_relaxed);
+    return;
+  }
+  /* Stats may read between the two stores: they see the count twice or
+   * not at all for that moment, as with any allocation in flight. */
+  size_t shared = atomic_fetch_add_explicit(&p->live_shared, (size_t)d,
+                                            memory_order_relaxed) +
+                  (size_t)d;
+  atomic_store_explicit(&c->delta, 0, memory_order_relaxed);
+  if (d > 0)
+    raise_peak(p, shared +
+                      atomic_load_explicit(&p->live_own, memory_order_relaxed));
 }
 
 /* A frame returned by the thread whose cache is c (NULL: none). */
@@ -436,25 +482,24 @@ static inline void count_free(iof_stack_pool *p, pool_cache *c) {
         &p->live_own,
         atomic_load_explicit(&p->live_own, memory_order_relaxed) - 1,
         memory_order_relaxed);
+  else if (c)
+    count_delta(p, c, -1);
   else
     atomic_fetch_sub_explicit(&p->live_shared, 1, memory_order_relaxed);
 }
 
 static inline void count_alloc(iof_stack_pool *p, pool_cache *c) {
-  size_t live;
   if (c && c->own) {
     size_t own = atomic_load_explicit(&p->live_own, memory_order_relaxed) + 1;
     atomic_store_explicit(&p->live_own, own, memory_order_relaxed);
-    live = own + atomic_load_explicit(&p->live_shared, memory_order_relaxed);
+    raise_peak(
+        p, own + atomic_load_explicit(&p->live_shared, memory_order_relaxed));
+  } else if (c) {
+    count_delta(p, c, 1);
   } else {
-    live = atomic_fetch_add_explicit(&p->live_shared, 1, memory_order_relaxed) +
-           1 + atomic_load_explicit(&p->live_own, memory_order_relaxed);
-  }
-  size_t peak = atomic_load_explicit(&p->peak, memory_order_relaxed);
-  while (__builtin_expect(live > peak, 0) &&
-         !atomic_compare_exchange_weak_explicit(&p->peak, &peak, live,
-                                                memory_order_relaxed,
-                                                memory_order_relaxed)) {
+    raise_peak(
+        p, atomic_fetch_add_explicit(&p->live_shared, 1, memory_order_relaxed) +
+               1 + atomic_load_explicit(&p->live_own, memory_order_relaxed));
   }
   if (c)
     atomic_store_explicit(
@@ -703,7 +748,10 @@ static void drop_stack(iof_stack_pool *p, stack_node *s) {
 
 int iof_stack_pool_destroy(iof_stack_pool *p) {
   if (!p) return -EINVAL;
-  if (live_of(p)) return -EBUSY;
+  pthread_mutex_lock(&p->lock);
+  size_t live = live_locked(p);
+  pthread_mutex_unlock(&p->lock);
+  if (live) return -EBUSY;
   pthread_mutex_lock(&registry_lock);
   for (iof_stack_pool **pp = &registry; *pp; pp = &(*pp)->next_pool)
     if (*pp == p) {
@@ -752,8 +800,8 @@ int iof_stack_pool_stats(iof_stack_pool *p, struct iof_stack_pool_stats *out) {
     cached += atomic_load_explicit(&c->n, memory_order_relaxed);
     allocated += atomic_load_explicit(&c->allocated, memory_order_relaxed);
   }
+  size_t live = live_locked(p);
   pthread_mutex_unlock(&p->lock);
-  size_t live = live_of(p);
   out->live = live;
   out->cached = cached;
   out->allocated = allocated + atomic_load(&p->allocated);

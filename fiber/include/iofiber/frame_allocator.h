@@ -96,9 +96,10 @@ struct iof_stack_pool_stats {
   size_t live;       /* frames handed out and not yet returned */
   size_t cached;     /* stacks kept for reuse (thread caches + depot) */
   size_t allocated;  /* successful allocations since creation */
-  size_t peak;       /* highest `live` seen (exact while threads take
-                        turns; concurrent ones may skew it by the frames
-                        in flight) */
+  size_t peak;       /* highest `live` seen: exact while only the first
+                        thread that used the pool allocates; other
+                        threads' counts join it every 32 frames, so it
+                        may miss up to 31 per other thread */
   size_t mapped;     /* stacks currently mapped from the OS (live+cached) */
   size_t failed;     /* allocations refused (budget or ENOMEM) */
   size_t live_bytes; /* bytes of live frames (what the budget counts) */
