@@ -5,6 +5,9 @@
 #include "compat/thread_internal.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <iofiber/io_context.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,17 +27,26 @@ static struct {
 
 static _Atomic size_t thread_stack; /* 0: not decided yet */
 
-/* "64k", "1m", "131072" -> bytes; 0 when unparsable. */
+static bool stack_ok(size_t v) {
+  return v >= IOF_FIBER_STACK_MIN && v <= IOF_FIBER_STACK_MAX;
+}
+
+/* "64k", "1m", "131072" -> bytes; 0 when unparsable or outside the
+ * fiber stack limits (a sign, an overflow, "0"). */
 static size_t parse_size(const char *s) {
-  if (!s || !*s) return 0;
+  if (!s || *s < '0' || *s > '9') return 0;
   char *end;
+  errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (end == s) return 0;
+  if (errno) return 0;
+  unsigned shift = 0;
   if (*end == 'k' || *end == 'K')
-    v <<= 10, end++;
+    shift = 10, end++;
   else if (*end == 'm' || *end == 'M')
-    v <<= 20, end++;
-  return *end ? 0 : (size_t)v;
+    shift = 20, end++;
+  if (*end || v > (ULLONG_MAX >> shift)) return 0;
+  v <<= shift;
+  return v <= SIZE_MAX && stack_ok((size_t)v) ? (size_t)v : 0;
 }
 
 size_t iof__compat_thread_stack(void) {
@@ -120,10 +132,14 @@ int iof_main(iof_fn fn, void *arg) {
 
 int iof_main_ex(iof_fn fn, void *arg, const iof_main_opts *opts) {
   if (!fn) return -EINVAL;
+  if (opts &&
+      ((opts->thread_stack_size && !stack_ok(opts->thread_stack_size)) ||
+       (opts->main_stack_size && !stack_ok(opts->main_stack_size))))
+    return -EINVAL;
   int expect = 0;
   if (!atomic_compare_exchange_strong(&G.busy, &expect, 1)) return -EBUSY;
-  if (opts && opts->thread_stack_size)
-    atomic_store(&thread_stack, opts->thread_stack_size);
+  /* This call's choice only: 0 decides again from the environment. */
+  atomic_store(&thread_stack, opts ? opts->thread_stack_size : 0);
   size_t main_stack = opts && opts->main_stack_size ? opts->main_stack_size
                                                     : MAIN_STACK_DEFAULT;
   unsigned n = pick_threads(opts);

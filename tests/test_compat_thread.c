@@ -1162,6 +1162,48 @@ static void test_pthread_kill_fiber_thread(void **state) {
   assert_int_equal(iof_main(pthread_kill_main, NULL), 0);
 }
 
+/* ---- iof_main's stack options ------------------------------------------ */
+
+size_t iof__compat_thread_stack(void); /* the fiber threads' default stack */
+
+static int stack_probe(void *arg) {
+  *(size_t *)arg = iof__compat_thread_stack();
+  return 0;
+}
+
+/* Bad stack sizes are refused, not handed to every pthread_create; the
+ * option holds for its call only; a bad $IOF_STACK_SIZE is ignored. */
+static void test_main_stack_options(void **state) {
+  (void)state;
+  size_t got = 0;
+  iof_main_opts bad = {.thread_stack_size = SIZE_MAX};
+  assert_int_equal(iof_main_ex(stack_probe, &got, &bad), -EINVAL);
+  bad = (iof_main_opts){.main_stack_size = 1};
+  assert_int_equal(iof_main_ex(stack_probe, &got, &bad), -EINVAL);
+  bad = (iof_main_opts){.thread_stack_size = IOF_FIBER_STACK_MAX + 1};
+  assert_int_equal(iof_main_ex(stack_probe, &got, &bad), -EINVAL);
+  assert_int_equal(unsetenv("IOF_STACK_SIZE"), 0);
+  iof_main_opts o = {.thread_stack_size = 256 * 1024};
+  assert_int_equal(iof_main_ex(stack_probe, &got, &o), 0);
+  assert_int_equal(got, 256 * 1024);
+  assert_int_equal(iof_main(stack_probe, &got), 0); /* not sticky */
+  assert_int_equal(got, IOF_FIBER_STACK_DEFAULT);
+  const char *ignored[] = {
+      "-5m",  "99999999999999999999k", "0", "1k", "2000000m", "64q", "",
+      " 64k", "18014398509481984k"};
+  for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) {
+    assert_int_equal(setenv("IOF_STACK_SIZE", ignored[i], 1), 0);
+    got = 0;
+    assert_int_equal(iof_main(stack_probe, &got), 0);
+    assert_int_equal(got, IOF_FIBER_STACK_DEFAULT);
+  }
+  assert_int_equal(setenv("IOF_STACK_SIZE", "128k", 1), 0);
+  assert_int_equal(iof_main(stack_probe, &got), 0);
+  assert_int_equal(got, 128 * 1024);
+  assert_int_equal(unsetenv("IOF_STACK_SIZE"), 0);
+  assert_no_failures();
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--child")) return child_main(argv[2]);
   const struct CMUnitTest tests[] = {
@@ -1194,6 +1236,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_main_exit_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sem, setup, teardown),
       cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_main_stack_options, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pthread_kill_fiber_thread, setup,
                                       teardown),
   };

@@ -234,8 +234,9 @@ typedef struct iof_main_opts {
   /* Stack of fn's fiber; 0: 8 MiB (as a main thread; only touched pages
    * cost memory). */
   size_t main_stack_size;
-  /* Default stack of fiber threads whose attr sets none; 0:
-   * $IOF_STACK_SIZE (bytes, k/m suffix), else IOF_FIBER_STACK_DEFAULT. */
+  /* Default stack of fiber threads whose attr sets none, for this call;
+   * 0: $IOF_STACK_SIZE (bytes, k/m suffix; ignored outside the limits
+   * below), else IOF_FIBER_STACK_DEFAULT. */
   size_t thread_stack_size;
 } iof_main_opts;
 
@@ -247,7 +248,8 @@ typedef struct iof_main_opts {
  * -EBUSY (iof_main already running). */
 IOF_API int iof_main(iof_fn fn, void *arg);
 
-/* iof_main with options (NULL: defaults). */
+/* iof_main with options (NULL: defaults). -EINVAL also for a stack size
+ * (nonzero) outside IOF_FIBER_STACK_MIN..IOF_FIBER_STACK_MAX. */
 IOF_API int iof_main_ex(iof_fn fn, void *arg, const iof_main_opts *opts);
 
 #ifdef __cplusplus
