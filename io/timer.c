@@ -61,8 +61,20 @@ struct iof_timer {
   int64_t expiry;
   int64_t scheduled; /* the expiry t->w was started for */
   iof__waitq waiters;
-  ev_timer w; /* io's thread only */
+  /* Waits begun and not armed yet (a fiber of another thread goes to io's
+   * thread first): destroy must wait for them, and a cancel or a new
+   * expiry meanwhile ends them when they arm (gen moved on). */
+  unsigned gen;
+  int pending;           /* begun in this gen */
+  int pending_cancelled; /* begun in an earlier gen */
+  ev_timer w;            /* io's thread only */
 };
+
+typedef struct timer_wait {
+  iof_io_op op;
+  unsigned gen;
+  bool counted; /* left the pending counts */
+} timer_wait;
 
 iof_timer *iof_timer_create(iof_io_context *io) {
   if (!io) {
@@ -84,7 +96,7 @@ iof_timer *iof_timer_create(iof_io_context *io) {
 int iof_timer_destroy(iof_timer *t) {
   if (!t) return -EINVAL;
   pthread_mutex_lock(&t->lock);
-  bool busy = t->waiters.head != NULL;
+  bool busy = t->waiters.head || t->pending || t->pending_cancelled;
   pthread_mutex_unlock(&t->lock);
   if (busy) return -EBUSY;
   pthread_mutex_destroy(&t->lock);
@@ -104,10 +116,20 @@ static int wake_all_locked(iof_timer *t, int result) {
   return n;
 }
 
+/* Cancels every wait, armed or still on its way to io's thread (those
+ * end with -ECANCELED when they arm); how many. Lock held. */
+static int cancel_all_locked(iof_timer *t) {
+  int n = wake_all_locked(t, -ECANCELED) + t->pending;
+  t->pending_cancelled += t->pending;
+  t->pending = 0;
+  t->gen++;
+  return n;
+}
+
 int iof_timer_cancel(iof_timer *t) {
   if (!t) return -EINVAL;
   pthread_mutex_lock(&t->lock);
-  int n = wake_all_locked(t, -ECANCELED);
+  int n = cancel_all_locked(t);
   pthread_mutex_unlock(&t->lock);
   return n;
 }
@@ -115,7 +137,7 @@ int iof_timer_cancel(iof_timer *t) {
 int iof_timer_expires_at(iof_timer *t, int64_t deadline_ns) {
   if (!t) return -EINVAL;
   pthread_mutex_lock(&t->lock);
-  int n = wake_all_locked(t, -ECANCELED);
+  int n = cancel_all_locked(t);
   t->expiry = deadline_ns;
   pthread_mutex_unlock(&t->lock);
   return n;
@@ -159,9 +181,25 @@ static void schedule(iof_timer *t, int64_t expiry) {
 }
 
 /* arm and disarm run on io's thread. */
+/* Leaves the pending counts (lock held); false if the wait was cancelled
+ * while on its way. */
+static bool uncount(iof_timer *t, timer_wait *tw) {
+  tw->counted = true;
+  if (tw->gen != t->gen) {
+    t->pending_cancelled--;
+    return false;
+  }
+  t->pending--;
+  return true;
+}
+
 static int timer_arm(iof_io_op *op) {
   iof_timer *t = op->obj;
   pthread_mutex_lock(&t->lock);
+  if (!uncount(t, (timer_wait *)op)) {
+    pthread_mutex_unlock(&t->lock);
+    return -ECANCELED;
+  }
   iof__wq_push(&t->waiters, &op->node);
   if (!ev_is_active(&t->w) || t->scheduled != t->expiry) schedule(t, t->expiry);
   pthread_mutex_unlock(&t->lock);
@@ -181,8 +219,22 @@ int iof_timer_wait(iof_timer *t) {
   iof_fiber *self = iof_fiber_current();
   if (!self || !self->env) return -EPERM;
   if (iof_stop_requested(self->env->stop_token)) return -ECANCELED;
-  if (iof__now_ns() >= iof_timer_expiry(t)) return 0;
-  iof_io_op op;
-  iof__io_op_init(&op, t->io, timer_arm, timer_disarm, t);
-  return iof__io_wait(&op, -1);
+  timer_wait tw;
+  pthread_mutex_lock(&t->lock);
+  if (iof__now_ns() >= t->expiry) {
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+  }
+  tw.gen = t->gen;
+  tw.counted = false;
+  t->pending++;
+  pthread_mutex_unlock(&t->lock);
+  iof__io_op_init(&tw.op, t->io, timer_arm, timer_disarm, t);
+  int r = iof__io_wait(&tw.op, -1);
+  if (!tw.counted) { /* ended before it armed (stop, shutdown) */
+    pthread_mutex_lock(&t->lock);
+    (void)uncount(t, &tw);
+    pthread_mutex_unlock(&t->lock);
+  }
+  return r;
 }

@@ -686,6 +686,70 @@ static void sleep_in_a_thread_pool_fiber_comes_back_on_the_pool(void **state) {
   assert_int_equal(iof_thread_pool_destroy(pool), 0);
 }
 
+/* A thread-pool fiber's wait on an io_context's timer goes to that
+ * context's thread before it arms: until the context runs, destroy must
+ * see it (-EBUSY, not a free under it) and cancel and a new expiry must
+ * end it. */
+typedef struct far_waiter {
+  iof_timer *t;
+  atomic_int r; /* 1: not returned yet */
+} far_waiter;
+
+static int far_wait_fn(void *arg) {
+  far_waiter *fw = arg;
+  atomic_store(&fw->r, iof_timer_wait(fw->t));
+  return 0;
+}
+
+static int suspended_on_pool(const iof_fiber_info *info, void *arg) {
+  if (info->state == IOF_FIBER_SUSPENDED &&
+      !strcmp(info->executor_kind, "thread_pool"))
+    atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
+static void wait_pool_fiber_suspended(void) {
+  for (int i = 0; i < 5000; i++) {
+    atomic_int n = 0;
+    assert_true(iof_fiber_walk(suspended_on_pool, &n) >= 0);
+    if (atomic_load(&n) == 1) return;
+    usleep(1000);
+  }
+  fail_msg("the pool fiber never suspended");
+}
+
+static void pool_waits_not_yet_armed_are_seen(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  iof_thread_pool *pool = iof_thread_pool_create(1);
+  assert_non_null(io);
+  assert_non_null(pool);
+  iof_timer *t = iof_timer_create(io);
+  assert_non_null(t);
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(iof_timer_expires_after(t, 3600 * 1000 * MS), 0);
+    far_waiter fw = {t, 1};
+    assert_int_equal(
+        iof_launch(iof_thread_pool_executor(pool), far_wait_fn, &fw), 0);
+    wait_pool_fiber_suspended();
+    assert_int_equal(iof_timer_destroy(t), -EBUSY);
+    if (round == 0)
+      assert_int_equal(iof_timer_cancel(t), 1);
+    else
+      assert_int_equal(iof_timer_expires_after(t, MS), 1);
+    assert_int_equal(iof_timer_cancel(t), 0); /* counted once */
+    /* io arms it (and ends it); the fiber then returns on the pool. */
+    for (int i = 0; i < 5000 && atomic_load(&fw.r) == 1; i++) {
+      assert_true(iof_io_context_run_for(io, MS) >= 0);
+      usleep(1000);
+    }
+    assert_int_equal(atomic_load(&fw.r), -ECANCELED);
+  }
+  assert_int_equal(iof_timer_destroy(t), 0);
+  assert_int_equal(iof_thread_pool_destroy(pool), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm_watchdog, disarm_watchdog)
 
 int main(void) {
@@ -704,6 +768,7 @@ int main(void) {
       T(timer_cancel_returns_count_and_keeps_the_expiry),
       T(timer_survives_expiry_changes_and_cancels_from_another_thread),
       T(sleep_in_a_thread_pool_fiber_comes_back_on_the_pool),
+      T(pool_waits_not_yet_armed_are_seen),
   };
   if (getenv("IOF_TEST_FILTER"))
     cmocka_set_test_filter(getenv("IOF_TEST_FILTER"));
