@@ -100,7 +100,7 @@ static inline int arm_home(iof_io_op *op) {
 /* Any other wait may have hopped threads since it was built: re-check. */
 static inline int arm(iof_io_op *op) {
   iof_socket *s = op->obj;
-  if (s->closed) return -EBADF;
+  if (s->closed) return -ECANCELED; /* closed while on its way: pending */
   if (((sock_wait *)op)->gen !=
       atomic_load_explicit(&s->limit_gen, memory_order_relaxed))
     return RETRY_LIMITS;
@@ -116,6 +116,14 @@ static inline void disarm(iof_io_op *op) {
 /* disarm for the home path: only a node nobody claimed is still queued. */
 static inline void disarm_home(iof_io_op *op) {
   if (__builtin_expect(op->node.linked, 0)) disarm(op);
+}
+
+#define AWAY_FREED 1u
+#define AWAY_ONE 2u
+
+/* Frees s now, or when its last wait away from home leaves. */
+static void release(iof_socket *s) {
+  if (atomic_fetch_or(&s->away, AWAY_FREED) == 0) free(s);
 }
 
 /* Any socket wait: with limits, away from home, or retried. */
@@ -136,7 +144,13 @@ static __attribute__((noinline)) int wait_any(iof_socket *s, int dir) {
       if (lim <= now) return -ETIMEDOUT;
       deadline = lim;
     }
+    atomic_fetch_add(&s->away, AWAY_ONE);
     int r = iof__io_wait(&sw.op, deadline);
+    unsigned left = atomic_fetch_sub(&s->away, AWAY_ONE) - AWAY_ONE;
+    if (left & AWAY_FREED) { /* freed meanwhile: never touch s again */
+      if (left == AWAY_FREED) free(s);
+      return r == RETRY_LIMITS ? -ECANCELED : r;
+    }
     if (r != RETRY_LIMITS) return r;
   }
 }
@@ -326,7 +340,7 @@ int iof_socket_free(iof_socket *s) {
   int r = iof_socket_close(s);
   if (r < 0) return r;
   unlink_socket(s);
-  free(s);
+  release(s);
   return 0;
 }
 
@@ -346,7 +360,7 @@ void iof__io_close_all(iof_io_context *io) {
     iof_socket *s = io->sockets;
     io->sockets = s->next;
     if (!s->closed) close_now(s);
-    free(s);
+    release(s);
   }
 }
 

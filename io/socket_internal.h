@@ -33,6 +33,10 @@ struct iof_socket {
   _Atomic int64_t deadline[2];
   _Atomic int64_t timeout[2];
   atomic_uint limit_gen;
+  /* AWAY_ONE per wait away from home (a fiber of another thread, or one
+   * with limits) plus AWAY_FREED once freed: such a wait may still be on
+   * its way to io's thread, so the last one out frees (socket.c). */
+  atomic_uint away;
   iof_socket *next, *prev; /* io's list */
 };
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #define MS 1000000LL
 
@@ -879,6 +880,67 @@ static void free_while_another_fiber_waits(void **state) {
   assert_true(f.free_rc == 0 || f.free_rc == -EBUSY);
 }
 
+/* A thread-pool fiber's read goes to the socket's io_context before it
+ * waits there: freed while the context is not running (allowed from a
+ * plain thread), the socket must outlive that wait, which ends with
+ * -ECANCELED when it reaches the context (ASan: no use after free). */
+typedef struct far_reader {
+  iof_socket *s;
+  atomic_int got; /* 1: not returned yet */
+} far_reader;
+
+static int far_read_fn(void *arg) {
+  far_reader *fr = arg;
+  char b[4];
+  atomic_store(&fr->got, (int)iof_read_some(fr->s, b, sizeof b));
+  return 0;
+}
+
+static int count_pool_suspended(const iof_fiber_info *info, void *arg) {
+  if (info->state == IOF_FIBER_SUSPENDED &&
+      !strcmp(info->executor_kind, "thread_pool"))
+    atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
+static void free_while_a_pool_fiber_waits(void **state) {
+  (void)state;
+  for (int round = 0; round < 2; round++) {
+    iof_io_context *io = iof_io_context_create();
+    iof_thread_pool *pool = iof_thread_pool_create(1);
+    assert_non_null(io);
+    assert_non_null(pool);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    far_reader fr = {NULL, 1};
+    assert_int_equal(iof_socket_adopt(io, sv[0], &fr.s), 0);
+    assert_int_equal(
+        iof_launch(iof_thread_pool_executor(pool), far_read_fn, &fr), 0);
+    atomic_int n = 0;
+    for (int i = 0; i < 5000 && atomic_load(&n) != 1; i++) {
+      atomic_store(&n, 0);
+      assert_true(iof_fiber_walk(count_pool_suspended, &n) >= 0);
+      if (atomic_load(&n) != 1) usleep(1000);
+    }
+    assert_int_equal(atomic_load(&n), 1);
+    if (round == 0) { /* freed, then the context runs */
+      assert_int_equal(iof_socket_free(fr.s), 0);
+      for (int i = 0; i < 5000 && atomic_load(&fr.got) == 1; i++) {
+        assert_true(iof_io_context_run_for(io, MS) >= 0);
+        usleep(1000);
+      }
+      assert_int_equal(atomic_load(&fr.got), -ECANCELED);
+      assert_int_equal(iof_io_context_destroy(io), 0);
+    } else { /* the context is destroyed with the socket and the wait */
+      assert_int_equal(iof_io_context_destroy(io), 0);
+      for (int i = 0; i < 5000 && atomic_load(&fr.got) == 1; i++) usleep(1000);
+      assert_int_equal(atomic_load(&fr.got), -ECANCELED);
+    }
+    assert_int_equal(iof_thread_pool_destroy(pool), 0);
+    close(sv[1]);
+  }
+}
+
 /* ---- destroying an io_context with resolutions in flight --------------- */
 
 static atomic_int resolved, cancelled;
@@ -1085,6 +1147,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(reader_against_random_bytes, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(destroy_with_resolves_in_flight, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(free_while_a_pool_fiber_waits, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(free_while_another_fiber_waits, reset,
                                       disarm),
