@@ -52,17 +52,36 @@ static iof_fiber *next_or_idle(iof_strand *s) {
 
 /* Hands the strand (already marked busy) to h on the inner executor. A
  * launch refused there (its context shuts down) is cancelled, and the
- * strand goes to the next in line. */
-static int hand_over(iof_strand *s, iof_fiber *h) {
+ * strand goes to the next in line. On an error *kept says whether the
+ * caller still holds the strand (false: an inner strand passed it on). */
+static int hand_over_ex(iof_strand *s, iof_fiber *h, bool *kept) {
+  *kept = true;
   for (;;) {
     h->strand = s;
     int r = s->inner.vt->post(s->inner.ex, h);
     if (r >= 0) return 0;
+    if (h->strand != s) { /* an inner strand took h and passed s on */
+      *kept = false;
+      return r;
+    }
     h->strand = NULL;
     if (!iof__chain_cancel(h)) return r;
     h = next_or_idle(s);
     if (!h) return 0;
   }
+}
+
+static int hand_over(iof_strand *s, iof_fiber *h) {
+  bool kept;
+  return hand_over_ex(s, h, &kept);
+}
+
+/* h comes from another strand, one built over this one (its hand_over set
+ * h->strand): that strand is passed on now, since a fiber holds one strand
+ * at a time. Its fibers all come through this one, which keeps them apart
+ * and in order. */
+static void leave_outer(iof_strand *s, iof_fiber *h) {
+  if (h->strand && h->strand != s) iof__strand_release(h);
 }
 
 static bool refuse(const iof_strand *s, const iof_fiber *h) {
@@ -85,9 +104,11 @@ static bool acquire_or_queue(iof_strand *s, iof_fiber *h) {
 static int strand_post(const void *ex, iof_fiber *h) {
   iof_strand *s = (iof_strand *)ex;
   if (refuse(s, h)) return -ESHUTDOWN;
+  leave_outer(s, h);
   if (!acquire_or_queue(s, h)) return 0;
-  int r = hand_over(s, h);
-  if (r < 0) {
+  bool kept;
+  int r = hand_over_ex(s, h, &kept);
+  if (r < 0 && kept) {
     lock(s);
     s->busy = false;
     unlock(s);
@@ -98,8 +119,11 @@ static int strand_post(const void *ex, iof_fiber *h) {
 static int strand_dispatch(const void *ex, iof_fiber *h) {
   iof_strand *s = (iof_strand *)ex;
   if (refuse(s, h)) return -ESHUTDOWN;
-  if (!iof__thread_runs(iof_executor_context(s->inner)))
+  /* Over another strand, h must go through that one too: post. */
+  if (s->inner.vt == &strand_vtbl ||
+      !iof__thread_runs(iof_executor_context(s->inner)))
     return strand_post(ex, h);
+  leave_outer(s, h);
   if (!acquire_or_queue(s, h)) return 0;
   h->strand = s;
   return 1;

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -526,6 +527,58 @@ static void strand_create_rejects_empty_inner(void **state) {
   assert_false(iof_strand_running_in_this_thread(NULL));
 }
 
+/* A strand over a strand: fibers launched on either never overlap (on a
+ * 2-thread pool), each strand's fibers start in launch order, all run,
+ * and both strands are free again at the end (a fiber holds one strand:
+ * the outer one is passed on when its fiber enters the inner one). */
+#define NESTED 200
+static atomic_int nest_inside, nest_overlap, nest_started, nest_ran;
+static int nest_start_seq[NESTED];
+
+static int nest_fn(void *arg) {
+  int i = (int)(intptr_t)arg;
+  nest_start_seq[i] = atomic_fetch_add(&nest_started, 1);
+  if (atomic_fetch_add(&nest_inside, 1) != 0)
+    atomic_fetch_add(&nest_overlap, 1);
+  for (volatile int k = 0; k < 500; k++) {
+  }
+  atomic_fetch_sub(&nest_inside, 1);
+  if (i % 3 == 0) CHECK(iof_yield() == 0);
+  if (atomic_fetch_add(&nest_inside, 1) != 0)
+    atomic_fetch_add(&nest_overlap, 1);
+  atomic_fetch_sub(&nest_inside, 1);
+  atomic_fetch_add(&nest_ran, 1);
+  return 0;
+}
+
+static void strand_over_a_strand(void **state) {
+  (void)state;
+  iof_thread_pool *p = iof_thread_pool_create(2);
+  assert_non_null(p);
+  iof_strand *s1 = iof_strand_create(iof_thread_pool_executor(p));
+  assert_non_null(s1);
+  iof_strand *s2 = iof_strand_create(iof_strand_executor(s1));
+  assert_non_null(s2);
+  atomic_store(&nest_inside, 0);
+  atomic_store(&nest_overlap, 0);
+  atomic_store(&nest_started, 0);
+  atomic_store(&nest_ran, 0);
+  for (int i = 0; i < NESTED; i++) {
+    iof_strand *s = i % 2 ? s1 : s2;
+    assert_int_equal(
+        iof_launch(iof_strand_executor(s), nest_fn, (void *)(intptr_t)i), 0);
+  }
+  assert_int_equal(iof_thread_pool_join(p), 0);
+  assert_int_equal(atomic_load(&nest_ran), NESTED);
+  assert_int_equal(atomic_load(&nest_overlap), 0);
+  for (int i = 2; i < NESTED; i++) /* FIFO per strand */
+    assert_true(nest_start_seq[i] > nest_start_seq[i - 2]);
+  assert_int_equal(iof_strand_destroy(s2), 0);
+  assert_int_equal(iof_strand_destroy(s1), 0);
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+  assert_no_failures();
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, begin, end)
 
 int main(void) {
@@ -536,6 +589,7 @@ int main(void) {
       T(strand_released_when_holder_hops_away_with_iof_run),
       T(strand_released_when_holder_hands_over_outside_strand),
       T(strand_create_rejects_empty_inner),
+      T(strand_over_a_strand),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
