@@ -1,6 +1,8 @@
 /* The fd table and the wait loop every blocking compat call shares (see
  * fd_table.h). */
 #include "compat/fd_table.h"
+
+#include <iofiber/compat_io.h>
 #include "compat/signal_internal.h"
 
 #include <errno.h>
@@ -24,6 +26,10 @@ static void forked_child(void) {
   if (!iof__compat_fiber()) return;
   iof__compat_forked = true;
   for (int fd = 0; fd <= 2; fd++) iof__compat_child_std_blocking(fd);
+}
+
+IOF_API void iof_compat_fork_child(void) {
+  forked_child();
 }
 
 __attribute__((constructor)) static void compat_fork_handler(void) {

@@ -31,6 +31,7 @@
 #include <iofiber/hook.h>
 
 #include <dirent.h>
+#include <sched.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -45,6 +46,7 @@
 #include <sys/sendfile.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -231,6 +233,7 @@
   Y(ioctl)                                                                     \
   Y(freeaddrinfo)                                                              \
   Y(fork)                                                                      \
+  Y(syscall)                                                                   \
   Y(pthread_create)                                                            \
   Y(pthread_join)                                                              \
   Y(pthread_detach)                                                            \
@@ -292,6 +295,7 @@ int iof_compat_fcntl(int fd, int cmd, ...) IOF_HOOK_WEAK;
 int iof_compat_ioctl(int fd, unsigned long req, ...) IOF_HOOK_WEAK;
 void iof_compat_freeaddrinfo(struct addrinfo *ai) IOF_HOOK_WEAK;
 pid_t iof_compat_fork(void) IOF_HOOK_WEAK;
+void iof_compat_fork_child(void) IOF_HOOK_WEAK;
 int iof_compat_pthread_create(pthread_t *t, const pthread_attr_t *a,
                               void *(*fn)(void *), void *arg) IOF_HOOK_WEAK;
 int iof_compat_pthread_join(pthread_t t, void **r) IOF_HOOK_WEAK;
@@ -750,6 +754,54 @@ IOF_HOOK_API void closefrom(int lowfd) {
   errno = e;
 }
 
+/* The child side of a fork from a fiber: everything passes through. */
+static void child_steps_aside(void) {
+  stepped_aside = 1;
+  /* What the child execs uses its standard streams: those go back to
+   * blocking mode, now and when the child dup2s an fd onto one of them
+   * (a CGI's pipes, see dup2). Every other fd stays as it is: the open
+   * file is shared, and a blocking mode would make the parent's fibers
+   * block their thread on it (a forking server's listening socket,
+   * Python multiprocessing's pipes); the child's own reads and writes on
+   * them still block, through compat (see DEF_IO). */
+  if (iof_compat_fcntl && runtime_ready)
+    for (int fd = 0; fd <= 2; fd++) restore_fd(fd, fd);
+}
+
+/* A process made by a raw clone system call (vsftpd's sessions: clone
+ * with CLONE_NEW* flags and no CLONE_VM) runs no fork handlers: its child
+ * would go on as the parent's fiber, running a copy of the parent's loop
+ * on the parent's epoll instance. It is told here, as fork's child is.
+ * Six arguments are read whatever the call takes, as glibc's own
+ * syscall() passes six registers. */
+IOF_HOOK_API long syscall(long n, ...) {
+  va_list ap;
+  va_start(ap, n);
+  long a[6];
+  for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
+  va_end(ap);
+  unsigned long long flags = 0;
+  if (n == SYS_clone) flags = (unsigned long)a[0];
+#ifdef SYS_clone3
+  else if (n == SYS_clone3 && a[0])
+    flags = *(const unsigned long long *)a[0]; /* clone_args.flags */
+#endif
+  bool forklike = (n == SYS_clone
+#ifdef SYS_clone3
+                   || n == SYS_clone3
+#endif
+                   ) &&
+                  !(flags & (CLONE_VM | CLONE_THREAD)) && iof__hook_in_fiber();
+  if (!forklike) return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+  count(H_syscall, C_FIBER);
+  long r = REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+  if (r == 0) {
+    if (iof_compat_fork_child) iof_compat_fork_child();
+    child_steps_aside();
+  }
+  return r;
+}
+
 IOF_HOOK_API pid_t fork(void) {
   if (!iof__hook_in_fiber()) {
     count(H_fork, C_PLAIN);
@@ -757,18 +809,7 @@ IOF_HOOK_API pid_t fork(void) {
   }
   count(H_fork, C_FIBER);
   pid_t p = iof_compat_fork ? iof_compat_fork() : REAL(fork)();
-  if (p == 0) {
-    stepped_aside = 1;
-    /* What the child execs uses its standard streams: those go back to
-     * blocking mode, now and when the child dup2s an fd onto one of them
-     * (a CGI's pipes, see dup2). Every other fd stays as it is: the open
-     * file is shared, and a blocking mode would make the parent's fibers
-     * block their thread on it (a forking server's listening socket,
-     * Python multiprocessing's pipes); the child's own reads and writes on
-     * them still block, through compat (see DEF_IO). */
-    if (iof_compat_fcntl && runtime_ready)
-      for (int fd = 0; fd <= 2; fd++) restore_fd(fd, fd);
-  }
+  if (p == 0) child_steps_aside();
   return p;
 }
 

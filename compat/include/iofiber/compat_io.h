@@ -176,6 +176,12 @@ IOF_API pid_t iof_compat_waitpid(pid_t pid, int *status, int options);
  * the fiber waits for it; SIGINT and SIGQUIT are ignored while it runs
  * (the child gets their defaults), as glibc does. */
 IOF_API int iof_compat_system(const char *cmd);
+/* For a child made without fork(3) from a fiber (a raw clone system call
+ * without CLONE_VM, which runs no fork handlers): call it first thing in
+ * the child. The runtime then steps aside there as after fork: the
+ * child's calls are the plain ones, and its standard streams go back to
+ * blocking mode. libiofiber-hook calls it for syscall(SYS_clone, ...). */
+IOF_API void iof_compat_fork_child(void);
 IOF_API pid_t iof_compat_wait(int *status);
 IOF_API pid_t iof_compat_wait4(pid_t pid, int *status, int options,
                                struct rusage *ru);
