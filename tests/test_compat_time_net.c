@@ -348,6 +348,56 @@ static void test_stop_ends_read(void **s) {
   close(p[1]);
 }
 
+/* Numeric hosts and services are parsed in place (no trip to the
+ * resolver's thread): the fiber does not suspend, so a fiber queued behind
+ * it has not run yet; a name does go there (it has run after). */
+static atomic_int side_ran;
+
+static int side_fn(void *arg) {
+  (void)arg;
+  atomic_store(&side_ran, 1);
+  return 0;
+}
+
+static int sc_numeric(void *arg) {
+  (void)arg;
+  atomic_store(&side_ran, 0);
+  CHECK(iof_launch(iof_env_current()->executor, side_fn, NULL) == 0);
+  struct addrinfo hints = {0};
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo *res = NULL;
+  errno = 12;
+  CHECK(iof_compat_getaddrinfo("127.0.0.1", "8080", &hints, &res) == 0);
+  CHECK(res && has_loopback(res));
+  CHECK(res && ntohs(((struct sockaddr_in *)res->ai_addr)->sin_port) == 8080);
+  iof_compat_freeaddrinfo(res);
+  CHECK(errno == 12);
+  res = NULL;
+  CHECK(iof_compat_getaddrinfo("::1", NULL, &hints, &res) == 0);
+  CHECK(res && res->ai_family == AF_INET6);
+  iof_compat_freeaddrinfo(res);
+  res = NULL;
+  hints.ai_flags = AI_PASSIVE;
+  CHECK(iof_compat_getaddrinfo(NULL, "80", &hints, &res) == 0);
+  iof_compat_freeaddrinfo(res);
+  hints.ai_flags = AI_NUMERICHOST;
+  CHECK(iof_compat_getaddrinfo("not-a-number", NULL, &hints, &res) ==
+        EAI_NONAME);
+  CHECK(atomic_load(&side_ran) == 0); /* never suspended */
+  hints.ai_flags = 0;
+  res = NULL;
+  CHECK(iof_compat_getaddrinfo("localhost", "80", &hints, &res) == 0);
+  iof_compat_freeaddrinfo(res);
+  CHECK(atomic_load(&side_ran) == 1); /* a name: the resolver's thread */
+  return 0;
+}
+
+static void test_resolve_numeric_in_place(void **s) {
+  (void)s;
+  assert_int_equal(in_fiber(sc_numeric, NULL), 0);
+  assert_no_failures();
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -355,7 +405,7 @@ int main(void) {
       T(test_sleeps),           T(test_sleep_only_fiber),
       T(test_sched_yield),      T(test_resolve),
       T(test_resolve_parallel), T(test_resolver_overlap),
-      T(test_stop_ends_read),
+      T(test_stop_ends_read),   T(test_resolve_numeric_in_place),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
