@@ -11,6 +11,7 @@
 #include "compat/thread_internal.h"
 
 #include <errno.h>
+#include <iofiber/compat_io.h>
 #include <iofiber/fls.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -94,9 +95,83 @@ static void thread_freed(void *user, int status) {
   }
 }
 
+/* Fiber threads whose stack is not the default size (a pthread attr's,
+ * IOF_STACK_SIZE) take it from a pool of its size class, the next power of
+ * two, made on first use: mapped and unmapped for each thread, a
+ * thread-per-connection server paid an munmap per connection (a TLB
+ * shootdown of every CPU running the process). Past SIZE_CLASSES distinct
+ * classes, stacks are mapped directly again. Pools live as long as the
+ * process, as the default one does. */
+#define SIZE_CLASSES 16
+
+static struct {
+  size_t size; /* written before pool is published */
+  iof_stack_pool *_Atomic pool;
+} classes[SIZE_CLASSES];
+/* A spin lock: libc's mutex is what the hook intercepts (once per class). */
+static atomic_flag classes_lock = ATOMIC_FLAG_INIT;
+
+/* The pool for *stack's class (*stack becomes the class size), or NULL:
+ * the context's default allocator, with *stack unchanged. */
+static iof_frame_allocator *class_allocator(size_t *stack) {
+  if (*stack == IOF_FIBER_STACK_DEFAULT || *stack > IOF_FIBER_STACK_MAX)
+    return NULL;
+  size_t c = IOF_FIBER_STACK_MIN;
+  while (c < *stack) c <<= 1;
+  if (c == IOF_FIBER_STACK_DEFAULT) {
+    *stack = c;
+    return NULL;
+  }
+  iof_stack_pool *found = NULL;
+  for (int i = 0; i < SIZE_CLASSES && !found; i++) {
+    iof_stack_pool *p =
+        atomic_load_explicit(&classes[i].pool, memory_order_acquire);
+    if (!p) break;
+    if (classes[i].size == c) found = p;
+  }
+  if (!found) {
+    while (
+        atomic_flag_test_and_set_explicit(&classes_lock, memory_order_acquire))
+      iof_compat_sched_yield();
+    int i = 0;
+    for (; i < SIZE_CLASSES; i++) {
+      iof_stack_pool *p = atomic_load(&classes[i].pool);
+      if (!p || classes[i].size == c) break;
+    }
+    if (i < SIZE_CLASSES) {
+      found = atomic_load(&classes[i].pool);
+      if (!found) {
+        iof_stack_pool_options o = {0};
+        o.stack_size = c;
+        o.depot_max = 64;
+        found = iof_stack_pool_create(&o);
+        if (found) {
+          classes[i].size = c;
+          atomic_store_explicit(&classes[i].pool, found, memory_order_release);
+        }
+      }
+    }
+    atomic_flag_clear_explicit(&classes_lock, memory_order_release);
+  }
+  if (!found) return NULL;
+  *stack = c;
+  return iof_stack_pool_allocator(found);
+}
+
+iof_stack_pool *iof__compat_stack_class(size_t size) {
+  for (int i = 0; i < SIZE_CLASSES; i++) {
+    iof_stack_pool *p =
+        atomic_load_explicit(&classes[i].pool, memory_order_acquire);
+    if (!p) break;
+    if (classes[i].size == size) return p;
+  }
+  return NULL;
+}
+
 int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
                        void *(*fn)(void *), void *arg,
                        void (*on_end)(void *ret), pthread_t *out) {
+  iof_frame_allocator *alloc = class_allocator(&stack);
   iof__cthread *t = calloc(1, sizeof *t);
   if (!t) return -ENOMEM;
   t->fn = fn;
@@ -108,6 +183,7 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
   if (out) *out = (pthread_t)((uintptr_t)t | 1);
   iof_launch_opts o = {0};
   o.stack_size = stack;
+  o.frame_allocator = alloc;
   o.user = t;
   atomic_fetch_add(&live_threads, 1);
   int r = iof__run_async_ex(ex, &o, thread_main, t, thread_freed);

@@ -90,6 +90,10 @@ IOF_HIDDEN int iof__cthread_start(iof_executor_ref ex, size_t stack,
                                   bool detached, void *(*fn)(void *), void *arg,
                                   void (*on_end)(void *ret), pthread_t *out);
 
+/* The pool of fiber thread stacks of class `size` (a power of two), or
+ * NULL if none was made (tests). */
+IOF_HIDDEN iof_stack_pool *iof__compat_stack_class(size_t size);
+
 /* How many fiber threads are running (started and not yet freed). */
 IOF_HIDDEN long iof__cthread_live(void);
 

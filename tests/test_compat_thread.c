@@ -1204,6 +1204,56 @@ static void test_main_stack_options(void **state) {
   assert_no_failures();
 }
 
+/* Threads with a stack size of their own (a pthread attr) take pooled
+ * stacks of its size class, the next power of two: 20 threads in turn
+ * with a 200 KiB attr are 20 allocations from the 256 KiB class and map
+ * no stack per thread. */
+struct iof_stack_pool;
+struct iof_stack_pool *iof__compat_stack_class(size_t size);
+
+static void *attr_fn(void *arg) {
+  size_t *seen = arg;
+  pthread_attr_t a;
+  if (iof_compat_pthread_getattr_np(iof_compat_pthread_self(), &a) == 0) {
+    (void)pthread_attr_getstacksize(&a, seen);
+    pthread_attr_destroy(&a);
+  }
+  return NULL;
+}
+
+static int classes_main(void *arg) {
+  (void)arg;
+  pthread_attr_t attr;
+  CHECK(pthread_attr_init(&attr) == 0);
+  CHECK(pthread_attr_setstacksize(&attr, 200 * 1024) == 0);
+  struct iof_stack_pool_stats s0 = {0}, s1 = {0};
+  for (int i = 0; i < 20; i++) {
+    pthread_t t;
+    size_t seen = 0;
+    CHECK(iof_compat_pthread_create(&t, &attr, attr_fn, &seen) == 0);
+    CHECK(iof_compat_pthread_join(t, NULL) == 0);
+    CHECK(seen == 256 * 1024);
+    if (i == 0) {
+      iof_stack_pool *p = (iof_stack_pool *)iof__compat_stack_class(256 * 1024);
+      CHECK(p != NULL);
+      if (p) iof_stack_pool_stats(p, &s0);
+    }
+  }
+  iof_stack_pool *p = (iof_stack_pool *)iof__compat_stack_class(256 * 1024);
+  if (p) iof_stack_pool_stats(p, &s1);
+  CHECK(s1.allocated - s0.allocated == 19);
+  CHECK(s1.mapped <= 2); /* reused, not mapped per thread */
+  CHECK(s1.live == 0);
+  pthread_attr_destroy(&attr);
+  return 0;
+}
+
+static void test_attr_stacks_are_pooled(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(classes_main, NULL), 0);
+  assert_no_failures();
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--child")) return child_main(argv[2]);
   const struct CMUnitTest tests[] = {
@@ -1237,6 +1287,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_sem, setup, teardown),
       cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
       cmocka_unit_test_setup_teardown(test_main_stack_options, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_attr_stacks_are_pooled, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_pthread_kill_fiber_thread, setup,
                                       teardown),
   };
