@@ -32,6 +32,12 @@ __thread iof_thread_state iof__tls_state
     __attribute__((tls_model("initial-exec")));
 #define tls_state iof__tls_state
 
+/* A fiber's state is read by iof_fiber_walk on any thread while its own
+ * thread switches it: a relaxed atomic store (a plain store on x86). */
+static inline void set_state(int *state, int v) {
+  __atomic_store_n(state, v, __ATOMIC_RELAXED);
+}
+
 static pthread_key_t thread_key;
 static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
 
@@ -50,7 +56,7 @@ static __attribute__((noinline)) void thread_init(iof_thread_state *th) {
    * call routed to compat: the libc table must be filled before its first
    * use, and every compat path comes through here first on a thread. */
   iof__libc_init();
-  th->root.state = IOF_FS_RUNNING;
+  set_state(&th->root.state, IOF_FS_RUNNING);
   th->current = &th->root;
 #ifdef IOF_TSAN
   th->root.tsan_fiber = __tsan_get_current_fiber();
@@ -112,11 +118,11 @@ static inline iof_fiber *land(iof_transfer t) {
   void *arg = m->arg;
   int kind = m->kind;
   if (kind == SW_SUSPEND) {
-    from->state = IOF_FS_SUSPENDED;
+    set_state(&from->state, IOF_FS_SUSPENDED);
     return hook ? hook(from, arg) : NULL;
   }
   if (kind == SW_EXIT) {
-    from->state = IOF_FS_DONE;
+    set_state(&from->state, IOF_FS_DONE);
     if (from->on_exit) from->on_exit(from);
   }
   return NULL;
@@ -246,7 +252,7 @@ land_next(switch_msg *m, iof_fiber *self, iof_fiber *next) {
   if (next->state != IOF_FS_DONE && next->state != IOF_FS_RUNNING) {
     iof_thread_state *th = iof__thread();
     next->resumer = self;
-    next->state = IOF_FS_RUNNING;
+    set_state(&next->state, IOF_FS_RUNNING);
     *m = (switch_msg){self, next, NULL, NULL, SW_RESUME};
     announce(th, self, next, SW_RESUME);
     return (iof_transfer){next->ctx, m};
@@ -268,7 +274,7 @@ __attribute__((noinline)) static iof_transfer landed_full(iof_transfer t) {
 /* A fiber's last switch: it is done once it is off its stack; on_exit may
  * free the frame. A tail call from iof__landed, which then saves nothing. */
 __attribute__((noinline)) static iof_transfer landed_exit(iof_fiber *from) {
-  from->state = IOF_FS_DONE;
+  set_state(&from->state, IOF_FS_DONE);
   if (from->on_exit) from->on_exit(from);
   return (iof_transfer){NULL, NULL};
 }
@@ -287,7 +293,7 @@ iof_transfer iof__landed(iof_transfer t) {
     from->ctx = t.fctx;
     if (kind == SW_EXIT) return landed_exit(from);
     if (m->hook == NULL) { /* a resume, or a plain suspend or park */
-      if (kind == SW_SUSPEND) from->state = IOF_FS_SUSPENDED;
+      if (kind == SW_SUSPEND) set_state(&from->state, IOF_FS_SUSPENDED);
       return (iof_transfer){NULL, NULL};
     }
   }
@@ -329,7 +335,7 @@ static inline int switch_to(iof_thread_state *th, iof_fiber *from,
   while (f && f->state != IOF_FS_DONE && f->state != IOF_FS_RUNNING) {
     th = iof__thread();
     f->resumer = self;
-    f->state = IOF_FS_RUNNING;
+    set_state(&f->state, IOF_FS_RUNNING);
     f = do_switch(th, self, f, SW_RESUME, NULL, NULL);
   }
   return 0;
@@ -409,7 +415,7 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
     usable -= IOF_SOFT_ZONE;
   }
   f->resumer = NULL;
-  f->state = IOF_FS_CREATED;
+  set_state(&f->state, IOF_FS_CREATED);
   f->status = 0;
   f->queued = false;
   f->fn = fn;
@@ -470,7 +476,7 @@ void iof__fiber_free(iof_fiber *f) {
    * inherit it. */
   __asan_unpoison_memory_region(base, size);
 #endif
-  f->state = IOF_FS_FREED;
+  set_state(&f->state, IOF_FS_FREED);
   if (__builtin_expect(alloc->vtbl == &iof__pool_vtbl, 1))
     iof__pool_deallocate(alloc, base, size);
   else
@@ -497,7 +503,7 @@ int iof_fiber_resume(iof_fiber *f) {
   iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   f->resumer = self;
-  f->state = IOF_FS_RUNNING;
+  set_state(&f->state, IOF_FS_RUNNING);
   return switch_to(th, self, f, SW_RESUME, NULL, NULL);
 }
 
@@ -507,7 +513,7 @@ int iof__fiber_run(iof_thread_state *th, iof_fiber *f) {
     return st == IOF_FS_RUNNING ? -EBUSY : -EINVAL;
   iof_fiber *self = th->current;
   f->resumer = self;
-  f->state = IOF_FS_RUNNING;
+  set_state(&f->state, IOF_FS_RUNNING);
   return switch_to(th, self, f, SW_RESUME, NULL, NULL);
 }
 
@@ -536,7 +542,7 @@ int iof__fiber_handoff(iof_thread_state *th, iof_fiber *self, iof_fiber *next) {
   if (__builtin_expect(st != IOF_FS_SUSPENDED && st != IOF_FS_CREATED, 0))
     return iof__fiber_park(th, self); /* as a resume would refuse it */
   next->resumer = self->resumer;
-  next->state = IOF_FS_RUNNING;
+  set_state(&next->state, IOF_FS_RUNNING);
   return switch_to(th, self, next, SW_SUSPEND, NULL, NULL);
 }
 
@@ -557,7 +563,7 @@ int iof_fiber_transfer(iof_fiber *next) {
     return -EINVAL;
   if (next->state == IOF_FS_RUNNING) return -EBUSY;
   next->resumer = self->resumer;
-  next->state = IOF_FS_RUNNING;
+  set_state(&next->state, IOF_FS_RUNNING);
   return switch_to(th, self, next, SW_SUSPEND, NULL, NULL);
 }
 

@@ -151,8 +151,8 @@ static inline void iof__io_park(iof_thread_state *th, iof_fiber *self,
                                 iof_io_context *io, const void *label,
                                 void *what) {
   iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
-  c->wait_vt = label;
-  c->wait_aw = what;
+  __atomic_store_n(&c->wait_vt, label, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->wait_aw, what, __ATOMIC_RELAXED);
   /* th is stale once back: not used again. */
   iof_fiber *next = io->batch.head;
   if (next && io->batch_runner == self->resumer) {
@@ -162,7 +162,7 @@ static inline void iof__io_park(iof_thread_state *th, iof_fiber *self,
   } else {
     iof__fiber_park(th, self);
   }
-  c->wait_vt = NULL;
+  __atomic_store_n(&c->wait_vt, NULL, __ATOMIC_RELAXED);
   iof__refresh_allocator(self);
 }
 

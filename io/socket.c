@@ -330,6 +330,13 @@ int iof_socket_close(iof_socket *s) {
   bool hopped;
   int r = iof__io_enter(s->io, &hopped);
   if (r < 0) return r;
+  if (!hopped && !iof__thread_runs(&s->io->ctx)) {
+    /* A plain thread while io is not running: another thread's fiber that
+     * used the socket reached io's queue under rlock; taking it orders
+     * that use before the close. */
+    pthread_mutex_lock(&s->io->rlock);
+    pthread_mutex_unlock(&s->io->rlock);
+  }
   if (!s->closed) close_now(s);
   iof__io_leave(s->io, hopped);
   return 0;

@@ -152,7 +152,7 @@ static const struct label *find_label(const void *vt) {
 /* ---- walk -------------------------------------------------------------- */
 
 static iof_fiber_run_state run_state(const iof_fiber *f) {
-  switch (f->state) {
+  switch (__atomic_load_n(&f->state, __ATOMIC_RELAXED)) {
   case IOF_FS_CREATED:
     return IOF_FIBER_CREATED;
   case IOF_FS_RUNNING:
@@ -173,13 +173,16 @@ static void fill_info(iof_fiber_info *info, const iof_chain *c) {
   const struct label *el = find_label(env->executor.vt);
   info->executor_kind = el ? el->label : "executor";
   info->waiting = "";
-  const void *vt = c->wait_vt;
+  /* Written by the fiber's thread at each await (relaxed atomics: plain
+   * stores on x86), read here while it may run. */
+  const void *vt = __atomic_load_n(&c->wait_vt, __ATOMIC_RELAXED);
+  const void *aw = __atomic_load_n(&c->wait_aw, __ATOMIC_RELAXED);
   if (info->state == IOF_FIBER_SUSPENDED && vt) {
     const struct label *wl = find_label(vt);
     info->waiting = wl ? wl->label : "custom awaitable";
-    info->waiting_on = c->wait_aw;
+    info->waiting_on = aw;
     if (wl && wl->describe) {
-      const char *d = wl->describe(c->wait_aw, &info->waiting_on);
+      const char *d = wl->describe(aw, &info->waiting_on);
       if (d) info->waiting = d;
     }
   }

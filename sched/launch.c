@@ -183,10 +183,10 @@ static iof_fiber *await_hook(iof_fiber *h, void *arg) {
 static int await_in(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt) {
   await_call a = {aw, vt};
   iof_chain *c = self->sched; /* what iof_fiber_walk reports while away */
-  c->wait_vt = vt;
-  c->wait_aw = aw;
+  __atomic_store_n(&c->wait_vt, vt, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->wait_aw, aw, __ATOMIC_RELAXED);
   iof_fiber_suspend_with(await_hook, &a);
-  c->wait_vt = NULL;
+  __atomic_store_n(&c->wait_vt, NULL, __ATOMIC_RELAXED);
   iof__refresh_allocator(self);
   return vt->resume ? vt->resume(aw) : 0;
 }
