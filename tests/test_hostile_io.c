@@ -896,13 +896,6 @@ static int far_read_fn(void *arg) {
   return 0;
 }
 
-static int count_pool_suspended(const iof_fiber_info *info, void *arg) {
-  if (info->state == IOF_FIBER_SUSPENDED &&
-      !strcmp(info->executor_kind, "thread_pool"))
-    atomic_fetch_add((atomic_int *)arg, 1);
-  return 0;
-}
-
 static void free_while_a_pool_fiber_waits(void **state) {
   (void)state;
   for (int round = 0; round < 2; round++) {
@@ -916,13 +909,7 @@ static void free_while_a_pool_fiber_waits(void **state) {
     assert_int_equal(iof_socket_adopt(io, sv[0], &fr.s), 0);
     assert_int_equal(
         iof_launch(iof_thread_pool_executor(pool), far_read_fn, &fr), 0);
-    atomic_int n = 0;
-    for (int i = 0; i < 5000 && atomic_load(&n) != 1; i++) {
-      atomic_store(&n, 0);
-      assert_true(iof_fiber_walk(count_pool_suspended, &n) >= 0);
-      if (atomic_load(&n) != 1) usleep(1000);
-    }
-    assert_int_equal(atomic_load(&n), 1);
+    assert_true(wait_one_pool_fiber_suspended());
     if (round == 0) { /* freed, then the context runs */
       assert_int_equal(iof_socket_free(fr.s), 0);
       for (int i = 0; i < 5000 && atomic_load(&fr.got) == 1; i++) {

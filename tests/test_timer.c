@@ -701,23 +701,6 @@ static int far_wait_fn(void *arg) {
   return 0;
 }
 
-static int suspended_on_pool(const iof_fiber_info *info, void *arg) {
-  if (info->state == IOF_FIBER_SUSPENDED &&
-      !strcmp(info->executor_kind, "thread_pool"))
-    atomic_fetch_add((atomic_int *)arg, 1);
-  return 0;
-}
-
-static void wait_pool_fiber_suspended(void) {
-  for (int i = 0; i < 5000; i++) {
-    atomic_int n = 0;
-    assert_true(iof_fiber_walk(suspended_on_pool, &n) >= 0);
-    if (atomic_load(&n) == 1) return;
-    usleep(1000);
-  }
-  fail_msg("the pool fiber never suspended");
-}
-
 static void pool_waits_not_yet_armed_are_seen(void **state) {
   (void)state;
   iof_io_context *io = iof_io_context_create();
@@ -731,7 +714,7 @@ static void pool_waits_not_yet_armed_are_seen(void **state) {
     far_waiter fw = {t, 1};
     assert_int_equal(
         iof_launch(iof_thread_pool_executor(pool), far_wait_fn, &fw), 0);
-    wait_pool_fiber_suspended();
+    assert_true(wait_one_pool_fiber_suspended());
     assert_int_equal(iof_timer_destroy(t), -EBUSY);
     if (round == 0)
       assert_int_equal(iof_timer_cancel(t), 1);

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +20,25 @@
 static inline bool wait_flag(atomic_int *flag) {
   for (int i = 0; i < 10000; i++) {
     if (atomic_load(flag)) return true;
+    sleep_ms(1);
+  }
+  return false;
+}
+
+static inline int count_pool_suspended(const iof_fiber_info *info, void *arg) {
+  if (info->state == IOF_FIBER_SUSPENDED &&
+      !strcmp(info->executor_kind, "thread_pool"))
+    atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
+/* Bounded wait (about 5 s) until exactly one thread-pool fiber of the
+ * process is suspended (iof_fiber_walk). */
+static inline bool wait_one_pool_fiber_suspended(void) {
+  for (int i = 0; i < 5000; i++) {
+    atomic_int n = 0;
+    if (iof_fiber_walk(count_pool_suspended, &n) < 0) return false;
+    if (atomic_load(&n) == 1) return true;
     sleep_ms(1);
   }
   return false;
