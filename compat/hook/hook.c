@@ -780,18 +780,11 @@ IOF_HOOK_API long syscall(long n, ...) {
   long a[6];
   for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
   va_end(ap);
-  unsigned long long flags = 0;
-  if (n == SYS_clone) flags = (unsigned long)a[0];
-#ifdef SYS_clone3
-  else if (n == SYS_clone3 && a[0])
-    flags = *(const unsigned long long *)a[0]; /* clone_args.flags */
-#endif
-  bool forklike = (n == SYS_clone
-#ifdef SYS_clone3
-                   || n == SYS_clone3
-#endif
-                   ) &&
-                  !(flags & (CLONE_VM | CLONE_THREAD)) && iof__hook_in_fiber();
+  /* clone3's flags sit behind a pointer the kernel checks (EFAULT); read
+   * here it could fault in our code instead: it is passed through. */
+  bool forklike = n == SYS_clone &&
+                  !((unsigned long)a[0] & (CLONE_VM | CLONE_THREAD)) &&
+                  iof__hook_in_fiber();
   if (!forklike) return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
   count(H_syscall, C_FIBER);
   long r = REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
