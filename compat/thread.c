@@ -111,6 +111,40 @@ static struct {
 /* A spin lock: libc's mutex is what the hook intercepts (once per class). */
 static atomic_flag classes_lock = ATOMIC_FLAG_INIT;
 
+iof_stack_pool *iof__compat_stack_class(size_t size) {
+  for (int i = 0; i < SIZE_CLASSES; i++) {
+    iof_stack_pool *p =
+        atomic_load_explicit(&classes[i].pool, memory_order_acquire);
+    if (!p) break;
+    if (classes[i].size == size) return p;
+  }
+  return NULL;
+}
+
+/* The pool of class c, made in the first free slot if there is none yet;
+ * NULL when the table is full or the pool could not be made. */
+static iof_stack_pool *class_pool(size_t c) {
+  iof_stack_pool *p = iof__compat_stack_class(c);
+  if (p) return p;
+  while (atomic_flag_test_and_set_explicit(&classes_lock, memory_order_acquire))
+    iof_compat_sched_yield();
+  p = iof__compat_stack_class(c); /* made meanwhile? */
+  for (int i = 0; !p && i < SIZE_CLASSES; i++) {
+    if (atomic_load_explicit(&classes[i].pool, memory_order_relaxed)) continue;
+    iof_stack_pool_options o = {0};
+    o.stack_size = c;
+    o.depot_max = 64;
+    p = iof_stack_pool_create(&o);
+    if (p) {
+      classes[i].size = c;
+      atomic_store_explicit(&classes[i].pool, p, memory_order_release);
+    }
+    break;
+  }
+  atomic_flag_clear_explicit(&classes_lock, memory_order_release);
+  return p;
+}
+
 /* The pool for *stack's class (*stack becomes the class size), or NULL:
  * the context's default allocator, with *stack unchanged. */
 static iof_frame_allocator *class_allocator(size_t *stack) {
@@ -122,50 +156,10 @@ static iof_frame_allocator *class_allocator(size_t *stack) {
     *stack = c;
     return NULL;
   }
-  iof_stack_pool *found = NULL;
-  for (int i = 0; i < SIZE_CLASSES && !found; i++) {
-    iof_stack_pool *p =
-        atomic_load_explicit(&classes[i].pool, memory_order_acquire);
-    if (!p) break;
-    if (classes[i].size == c) found = p;
-  }
-  if (!found) {
-    while (
-        atomic_flag_test_and_set_explicit(&classes_lock, memory_order_acquire))
-      iof_compat_sched_yield();
-    int i = 0;
-    for (; i < SIZE_CLASSES; i++) {
-      iof_stack_pool *p = atomic_load(&classes[i].pool);
-      if (!p || classes[i].size == c) break;
-    }
-    if (i < SIZE_CLASSES) {
-      found = atomic_load(&classes[i].pool);
-      if (!found) {
-        iof_stack_pool_options o = {0};
-        o.stack_size = c;
-        o.depot_max = 64;
-        found = iof_stack_pool_create(&o);
-        if (found) {
-          classes[i].size = c;
-          atomic_store_explicit(&classes[i].pool, found, memory_order_release);
-        }
-      }
-    }
-    atomic_flag_clear_explicit(&classes_lock, memory_order_release);
-  }
-  if (!found) return NULL;
+  iof_stack_pool *p = class_pool(c);
+  if (!p) return NULL;
   *stack = c;
-  return iof_stack_pool_allocator(found);
-}
-
-iof_stack_pool *iof__compat_stack_class(size_t size) {
-  for (int i = 0; i < SIZE_CLASSES; i++) {
-    iof_stack_pool *p =
-        atomic_load_explicit(&classes[i].pool, memory_order_acquire);
-    if (!p) break;
-    if (classes[i].size == size) return p;
-  }
-  return NULL;
+  return iof_stack_pool_allocator(p);
 }
 
 int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
