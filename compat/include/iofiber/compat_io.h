@@ -180,7 +180,8 @@ IOF_API int iof_compat_system(const char *cmd);
  * without CLONE_VM, which runs no fork handlers): call it first thing in
  * the child. The runtime then steps aside there as after fork: the
  * child's calls are the plain ones, and its standard streams go back to
- * blocking mode. libiofiber-hook calls it for syscall(SYS_clone, ...). */
+ * blocking mode. Cannot fail; in a process that is no fiber's child it does
+ * nothing. libiofiber-hook calls it for syscall(SYS_clone, ...). */
 IOF_API void iof_compat_fork_child(void);
 IOF_API pid_t iof_compat_wait(int *status);
 IOF_API pid_t iof_compat_wait4(pid_t pid, int *status, int options,
