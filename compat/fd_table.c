@@ -4,6 +4,7 @@
 
 #include <iofiber/compat_io.h>
 #include "compat/signal_internal.h"
+#include "compat/sigmask_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,7 @@ bool iof__compat_forked;
  * fiber (see fd_table.h). */
 static void forked_child(void) {
   if (!iof__compat_fiber()) return;
+  iof__sigmask_apply_real(); /* the child is that fiber thread alone */
   iof__compat_forked = true;
   for (int fd = 0; fd <= 2; fd++) iof__compat_child_std_blocking(fd);
 }

@@ -12,6 +12,7 @@
 
 #include "compat/fd_table.h"
 #include "compat/signal_internal.h"
+#include "compat/sigmask_internal.h"
 
 #include <iofiber/timer.h>
 
@@ -219,7 +220,13 @@ int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
   if (!iof__compat_fiber() || (timeout && !ts_valid(timeout)) ||
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.ppoll(fds, n, timeout, mask);
-  return poll_fiber(fds, n, deadline_ts(timeout), mask);
+  uint64_t saved;
+  bool begun = iof__sigmask_wait_begin(mask, &saved);
+  int r = poll_fiber(fds, n, deadline_ts(timeout), mask);
+  int e = errno;
+  iof__sigmask_wait_end(begun, saved);
+  errno = e;
+  return r;
 }
 
 /* select in a fiber: the sets are checked with a zero timeout, restored
@@ -314,7 +321,13 @@ int iof_compat_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
       (timeout && !ts_valid(timeout)) ||
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.pselect(nfds, rd, wr, ex, timeout, mask);
-  return select_fiber(nfds, rd, wr, ex, deadline_ts(timeout), mask);
+  uint64_t saved;
+  bool begun = iof__sigmask_wait_begin(mask, &saved);
+  int r = select_fiber(nfds, rd, wr, ex, deadline_ts(timeout), mask);
+  int e = errno;
+  iof__sigmask_wait_end(begun, saved);
+  errno = e;
+  return r;
 }
 
 static int epoll_fiber(int epfd, struct epoll_event *events, int max,
@@ -371,5 +384,11 @@ int iof_compat_epoll_pwait(int epfd, struct epoll_event *events, int max,
                            int timeout_ms, const sigset_t *mask) {
   if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.epoll_pwait(epfd, events, max, timeout_ms, mask);
-  return epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), mask);
+  uint64_t saved;
+  bool begun = iof__sigmask_wait_begin(mask, &saved);
+  int r = epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), mask);
+  int e = errno;
+  iof__sigmask_wait_end(begun, saved);
+  errno = e;
+  return r;
 }

@@ -10,6 +10,7 @@
 
 #include "compat/fd_table.h"
 #include "compat/signal_internal.h"
+#include "compat/sigmask_internal.h"
 
 #include <errno.h>
 #include <spawn.h>
@@ -183,14 +184,14 @@ int iof_compat_system(const char *cmd) {
   sigemptyset(&def);
   sigaddset(&def, SIGINT);
   sigaddset(&def, SIGQUIT);
-  pthread_sigmask(SIG_BLOCK, NULL, &mask);
+  iof__sigset_from_bits(&mask, iof__sigmask_current());
   posix_spawnattr_setsigdefault(&at, &def);
   posix_spawnattr_setsigmask(&at, &mask);
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   char *argv[] = {"sh", "-c", (char *)cmd, NULL};
   sys_ignore(true);
   pid_t pid;
-  int e = posix_spawn(&pid, "/bin/sh", NULL, &at, argv, environ);
+  int e = iof__libc.posix_spawn(&pid, "/bin/sh", NULL, &at, argv, environ);
   posix_spawnattr_destroy(&at);
   int status = -1;
   if (e == 0) {
@@ -205,4 +206,27 @@ int iof_compat_system(const char *cmd) {
   sys_ignore(false);
   errno = status == -1 ? errno : saved;
   return status;
+}
+
+/* The child starts with the calling fiber thread's signal mask, not the
+ * OS thread's, unless attr sets one (glibc's spawn runs none of our code
+ * in the child, so the OS thread wears the mask for the call). */
+int iof_compat_posix_spawn(pid_t *pid, const char *path,
+                           const posix_spawn_file_actions_t *fa,
+                           const posix_spawnattr_t *attr, char *const argv[],
+                           char *const envp[]) {
+  iof__compat_child_mask(1);
+  int r = iof__libc.posix_spawn(pid, path, fa, attr, argv, envp);
+  iof__compat_child_mask(0);
+  return r;
+}
+
+int iof_compat_posix_spawnp(pid_t *pid, const char *file,
+                            const posix_spawn_file_actions_t *fa,
+                            const posix_spawnattr_t *attr, char *const argv[],
+                            char *const envp[]) {
+  iof__compat_child_mask(1);
+  int r = iof__libc.posix_spawnp(pid, file, fa, attr, argv, envp);
+  iof__compat_child_mask(0);
+  return r;
 }

@@ -6,6 +6,7 @@
 
 #include "compat/fd_table.h"
 #include "compat/signal_internal.h"
+#include "compat/sigmask_internal.h"
 #include "compat/thread_internal.h"
 
 #include <errno.h>
@@ -40,8 +41,21 @@ static bool run_pending(uint64_t pending);
 static ev_async wake;
 static struct ev_loop *_Atomic wake_loop;
 
+/* main's signal mask, in its thread record (heap memory a handler may
+ * read without touching main's stack). */
+static _Atomic uint64_t *_Atomic main_mask;
+
 void iof__compat_set_main(iof_fiber *f) {
+  atomic_store(&main_mask, f ? iof__cthread_sigmask(f) : NULL);
   main_fiber = f;
+}
+
+/* Whether main's own mask blocks sig: then a handler for it neither runs
+ * in main nor interrupts main's wait; it runs where the signal landed. */
+static bool main_blocks(int sig) {
+  _Atomic uint64_t *m = atomic_load(&main_mask);
+  return m && sig > 0 && sig <= 64 &&
+         (atomic_load_explicit(m, memory_order_relaxed) >> (sig - 1) & 1);
 }
 
 static unsigned gen_for(bool restartable) {
@@ -116,7 +130,7 @@ int iof__compat_intr_leave(bool registered, int r) {
 }
 
 void iof__compat_signal_ran(int sig, int flags) {
-  (void)sig;
+  if (main_blocks(sig)) return; /* main would not have been interrupted */
   int saved = errno;
   atomic_fetch_add(&gen_any, 1);
   if (!(flags & SA_RESTART)) atomic_fetch_add(&gen_norestart, 1);
@@ -139,7 +153,7 @@ int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns) {
 int iof__compat_admit_fd(const sigset_t *mask) {
   if (!mask) return -1;
   sigset_t now, in;
-  if (pthread_sigmask(SIG_BLOCK, NULL, &now) != 0) return -1;
+  if (iof__libc.pthread_sigmask(SIG_BLOCK, NULL, &now) != 0) return -1;
   sigemptyset(&in);
   bool any = false;
   for (int s = 1; s < NSIG; s++)
@@ -194,7 +208,7 @@ static bool defer(int sig, const siginfo_t *si) {
       sig == SIGTRAP || sig == SIGSYS || sig == SIGABRT)
     return false;
   int fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
-  if (fl == -1 || !atomic_load(&waiting)) return false;
+  if (fl == -1 || !atomic_load(&waiting) || main_blocks(sig)) return false;
   int none = 0;
   if (!atomic_compare_exchange_strong(&deferred[sig], &none, 1))
     /* One is recorded for main: merged with it, as with a pending signal;
@@ -244,14 +258,17 @@ static int run_user(int s, siginfo_t *si) {
   if (!h || fl == -1) return -1;
   sigset_t m = user_mask[s], old;
   if (!(fl & SA_NODEFER)) sigaddset(&m, s);
-  pthread_sigmask(SIG_BLOCK, &m, &old);
+  iof__libc.pthread_sigmask(SIG_BLOCK, &m, &old);
+  uint64_t vold;
+  bool own = iof__sigmask_save(&vold);
   int e = errno;
   if (fl & SA_SIGINFO)
     ((void (*)(int, siginfo_t *, void *))h)(s, si, NULL);
   else
     ((void (*)(int))h)(s);
   errno = e;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (own) iof__sigmask_restore(vold); /* what the handler changed */
+  iof__libc.pthread_sigmask(SIG_SETMASK, &old, NULL);
   return fl;
 }
 
@@ -371,9 +388,21 @@ int iof_compat_pause(void) {
   return -1;
 }
 
+static int sigsuspend_main(iof_fiber *f, const sigset_t *mask);
+
 int iof_compat_sigsuspend(const sigset_t *mask) {
   iof_fiber *f = iof__compat_fiber();
   if (!f || f != main_fiber || !mask) return iof__libc.sigsuspend(mask);
+  uint64_t saved;
+  bool begun = iof__sigmask_wait_begin(mask, &saved);
+  int r = sigsuspend_main(f, mask);
+  int e = errno;
+  iof__sigmask_wait_end(begun, saved);
+  errno = e;
+  return r;
+}
+
+static int sigsuspend_main(iof_fiber *f, const sigset_t *mask) {
   for (;;) {
     /* A signal mask lets in that is pending now: delivered here. */
     if (iof__libc.pselect(0, NULL, NULL, NULL, &zero_ts, mask) < 0)

@@ -8,6 +8,7 @@
  * at once when detached), like the few bytes a real thread keeps for its
  * joiner. pthread_exit unwinds to the chain's entry with longjmp. */
 #include "compat/signal_internal.h"
+#include "compat/sigmask_internal.h"
 #include "compat/thread_internal.h"
 
 #include <errno.h>
@@ -36,10 +37,13 @@ struct iof__cthread {
    * wait, both under lk (see iof__cthread_intr_enter). */
   uint64_t sig_pending;
   iof_io_op *intr_op;
+  /* Its signal mask (sigmask.c): written only by the thread itself, read
+   * by pthread_kill and by handlers. */
+  _Atomic uint64_t sigmask;
 };
 
 /* What a never-joined thread keeps (documented in docs/porting.md). */
-_Static_assert(sizeof(struct iof__cthread) <= 96, "join record size");
+_Static_assert(sizeof(struct iof__cthread) <= 104, "join record size");
 
 static atomic_long live_threads;
 static void (*_Atomic idle_hook)(void);
@@ -58,9 +62,11 @@ static int thread_main(void *p) {
   iof__lk_lock(&t->lk);
   t->fiber = iof__cthr_fiber();
   iof__lk_unlock(&t->lk);
+  iof__sigmask_host_enter(atomic_load(&t->sigmask));
   t->exit_to = &jb;
   if (!setjmp(jb)) t->ret = t->fn(t->arg);
   t->exit_to = NULL;
+  iof__sigmask_host_leave(atomic_load(&t->sigmask));
   iof__lk_lock(&t->lk);
   t->fiber = NULL;
   iof__lk_unlock(&t->lk);
@@ -173,6 +179,7 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
   t->on_end = on_end;
   t->detached = detached;
   t->stack = stack;
+  atomic_init(&t->sigmask, iof__sigmask_current()); /* as pthread_create */
   /* The id is published before the thread can run (it may read it). */
   if (out) *out = (pthread_t)((uintptr_t)t | 1);
   iof_launch_opts o = {0};
@@ -358,8 +365,8 @@ bool iof__cthread_intr_enter(iof_fiber *f, struct iof_io_op *op,
   *pending = 0;
   if (!t) return false;
   iof__lk_lock(&t->lk);
-  *pending = t->sig_pending;
-  t->sig_pending = 0;
+  *pending = t->sig_pending & ~atomic_load(&t->sigmask);
+  t->sig_pending &= ~*pending;
   t->intr_op = op;
   t->intr_restart = restartable;
   iof__lk_unlock(&t->lk);
@@ -370,8 +377,8 @@ uint64_t iof__cthread_intr_leave(iof_fiber *f, bool *restartable) {
   iof__cthread *t = record_of_fiber(f);
   if (!t) return 0;
   iof__lk_lock(&t->lk);
-  uint64_t p = t->sig_pending;
-  t->sig_pending = 0;
+  uint64_t p = t->sig_pending & ~atomic_load(&t->sigmask);
+  t->sig_pending &= ~p;
   t->intr_op = NULL;
   *restartable = t->intr_restart;
   iof__lk_unlock(&t->lk);
@@ -387,20 +394,41 @@ int iof_compat_pthread_kill(pthread_t thread, int sig) {
    * process's (terminate, stop, ignore): it goes to the process. */
   if (!iof__compat_has_handler(sig) || !sig_bit(sig))
     return kill(getpid(), sig) == 0 ? 0 : errno;
-  if (t == self_record()) { /* as raise(): the handler runs before return */
+  bool blocked = atomic_load(&t->sigmask) & sig_bit(sig);
+  if (t == self_record() && !blocked) { /* as raise(): runs before return */
     iof__compat_run_handler(sig);
     return 0;
   }
   /* Like a thread's pending signal: its handler runs in that fiber, and
    * the interruptible call it waits in returns EINTR (or is restarted
-   * under SA_RESTART). A fiber not waiting runs it at its next call. */
+   * under SA_RESTART). A fiber not waiting runs it at its next call; one
+   * that blocks it, once it unblocks it. */
   iof__lk_lock(&t->lk);
   if (t->fiber) {
     t->sig_pending |= sig_bit(sig);
-    if (t->intr_op) (void)iof__io_complete(t->intr_op, -EINTR);
+    if (t->intr_op && !blocked) (void)iof__io_complete(t->intr_op, -EINTR);
   }
   iof__lk_unlock(&t->lk);
   return 0;
+}
+
+_Atomic uint64_t *iof__cthread_sigmask(iof_fiber *f) {
+  iof__cthread *t = record_of_fiber(f);
+  return t ? &t->sigmask : NULL;
+}
+
+void iof__cthread_run_unblocked(void) {
+  iof__cthread *t = self_record();
+  if (!t) return;
+  iof__lk_lock(&t->lk);
+  uint64_t p = t->sig_pending & ~atomic_load(&t->sigmask);
+  t->sig_pending &= ~p;
+  iof__lk_unlock(&t->lk);
+  for (int s = 1; p && s <= 64; s++)
+    if (p & sig_bit(s)) {
+      p &= ~sig_bit(s);
+      (void)iof__compat_run_handler(s);
+    }
 }
 
 int iof_compat_pthread_cancel(pthread_t thread) {

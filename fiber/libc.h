@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <spawn.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -102,12 +103,20 @@
   X(pid_t, wait4, (pid_t, int *, int, struct rusage *))                        \
   X(int, waitid, (idtype_t, id_t, siginfo_t *, int))                           \
   X(int, sigaction, (int, const struct sigaction *, struct sigaction *))       \
+  X(int, pthread_sigmask, (int, const sigset_t *, sigset_t *))                 \
+  X(int, sigprocmask, (int, const sigset_t *, sigset_t *))                     \
   X(int, sigsuspend, (const sigset_t *))                                       \
   X(int, sigwait, (const sigset_t *, int *))                                   \
   X(int, sigwaitinfo, (const sigset_t *, siginfo_t *))                         \
   X(int, sigtimedwait,                                                         \
     (const sigset_t *, siginfo_t *, const struct timespec *))                  \
   X(pid_t, fork, (void))                                                       \
+  X(int, posix_spawn,                                                          \
+    (pid_t *, const char *, const posix_spawn_file_actions_t *,                \
+     const posix_spawnattr_t *, char *const[], char *const[]))                 \
+  X(int, posix_spawnp,                                                         \
+    (pid_t *, const char *, const posix_spawn_file_actions_t *,                \
+     const posix_spawnattr_t *, char *const[], char *const[]))                 \
   X(int, pthread_create,                                                       \
     (pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))          \
   X(int, pthread_join, (pthread_t, void **))                                   \

@@ -23,6 +23,7 @@ PACKAGES=(
   redis-tools
   libhiredis-dev
   netcat-openbsd
+  unbound
   python3
   libcurl4-openssl-dev
 )

@@ -225,6 +225,9 @@
   X(IO, int, sigtimedwait,                                                     \
     (const sigset_t *s, siginfo_t *i, const struct timespec *t), (s, i, t))    \
   X(IO, int, sigsuspend, (const sigset_t *s), (s))                             \
+  X(IO, int, pthread_sigmask, (int h, const sigset_t *s, sigset_t *o),         \
+    (h, s, o))                                                                 \
+  X(IO, int, sigprocmask, (int h, const sigset_t *s, sigset_t *o), (h, s, o))  \
   X(IO, int, pause, (void), ())
 
 /* Calls written by hand, for the index and the counters. */
@@ -817,36 +820,57 @@ static void before_exec(void) {
   if (stepped_aside) restore_blocking(true, true);
 }
 
+/* A program started from a fiber thread inherits that thread's signal
+ * mask, not the OS thread's (see compat's sigmask.c): the OS thread wears
+ * it for the call. */
+void iof__compat_child_mask(int step) IOF_HOOK_WEAK;
+
+static void child_mask(int step) {
+  if (iof__compat_child_mask && runtime_ready && iof__hook_in_fiber())
+    iof__compat_child_mask(step);
+}
+
+/* Runs call (an exec, or a spawn) with the child's mask; errno kept. */
+#define WITH_CHILD_MASK(type, call)                                            \
+  do {                                                                         \
+    child_mask(1);                                                             \
+    type r_ = call;                                                            \
+    int e_ = errno;                                                            \
+    child_mask(0);                                                             \
+    errno = e_;                                                                \
+    return r_;                                                                 \
+  } while (0)
+
 IOF_HOOK_API int execve(const char *path, char *const argv[],
                         char *const envp[]) {
   count(H_execve, C_PLAIN);
   before_exec();
-  return REAL(execve)(path, argv, envp);
+  WITH_CHILD_MASK(int, REAL(execve)(path, argv, envp));
 }
 
 IOF_HOOK_API int execv(const char *path, char *const argv[]) {
   count(H_execv, C_PLAIN);
   before_exec();
-  return REAL(execv)(path, argv);
+  WITH_CHILD_MASK(int, REAL(execv)(path, argv));
 }
 
 IOF_HOOK_API int execvp(const char *file, char *const argv[]) {
   count(H_execvp, C_PLAIN);
   before_exec();
-  return REAL(execvp)(file, argv);
+  WITH_CHILD_MASK(int, REAL(execvp)(file, argv));
 }
 
 IOF_HOOK_API int execvpe(const char *file, char *const argv[],
                          char *const envp[]) {
   count(H_execvpe, C_PLAIN);
   before_exec();
-  return REAL(execvpe)(file, argv, envp);
+  WITH_CHILD_MASK(int, REAL(execvpe)(file, argv, envp));
 }
 
 IOF_HOOK_API int fexecve(int fd, char *const argv[], char *const envp[]) {
   count(H_fexecve, C_PLAIN);
   before_exec();
-  return REAL(fexecve)(fd, argv, envp);
+  WITH_CHILD_MASK(int, REAL(fexecve)(fd, argv, envp));
 }
 
 /* The list forms: the arguments up to the NULL, counted first (the call
@@ -872,8 +896,9 @@ static int exec_list(int how, const char *target, const char *arg, va_list ap) {
   char *const *envp =
       how == EXEC_PATH_ENV ? va_arg(ap, char *const *) : environ;
   before_exec();
-  if (how == EXEC_SEARCH) return REAL(execvp)(target, (char *const *)argv);
-  return REAL(execve)(target, (char *const *)argv, envp);
+  if (how == EXEC_SEARCH)
+    WITH_CHILD_MASK(int, REAL(execvp)(target, (char *const *)argv));
+  WITH_CHILD_MASK(int, REAL(execve)(target, (char *const *)argv, envp));
 }
 
 #define DEF_EXEC_LIST(name, how, first)                                        \
@@ -895,6 +920,14 @@ DEF_EXEC_LIST(execle, EXEC_PATH_ENV, path)
  * popen's children inherit only fds without close-on-exec; posix_spawn's
  * file actions may dup any fd into the child, so all are. */
 int iof_compat_system(const char *cmd) IOF_HOOK_WEAK;
+int iof_compat_posix_spawn(pid_t *pid, const char *path,
+                           const posix_spawn_file_actions_t *fa,
+                           const posix_spawnattr_t *at, char *const argv[],
+                           char *const envp[]) IOF_HOOK_WEAK;
+int iof_compat_posix_spawnp(pid_t *pid, const char *file,
+                            const posix_spawn_file_actions_t *fa,
+                            const posix_spawnattr_t *at, char *const argv[],
+                            char *const envp[]) IOF_HOOK_WEAK;
 
 IOF_HOOK_API int system(const char *cmd) {
   bool in_fiber = iof__hook_in_fiber();
@@ -908,7 +941,7 @@ IOF_HOOK_API int system(const char *cmd) {
 IOF_HOOK_API FILE *popen(const char *cmd, const char *mode) {
   count(H_popen, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
   restore_blocking(true, false);
-  return REAL(popen)(cmd, mode);
+  WITH_CHILD_MASK(FILE *, REAL(popen)(cmd, mode));
 }
 
 IOF_HOOK_API int posix_spawn(pid_t *pid, const char *path,
@@ -917,6 +950,8 @@ IOF_HOOK_API int posix_spawn(pid_t *pid, const char *path,
                              char *const envp[]) {
   count(H_posix_spawn, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
   restore_blocking(false, false);
+  if (iof_compat_posix_spawn && iof__hook_in_fiber())
+    return iof_compat_posix_spawn(pid, path, fa, at, argv, envp);
   return REAL(posix_spawn)(pid, path, fa, at, argv, envp);
 }
 
@@ -926,6 +961,8 @@ IOF_HOOK_API int posix_spawnp(pid_t *pid, const char *file,
                               char *const envp[]) {
   count(H_posix_spawnp, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
   restore_blocking(false, false);
+  if (iof_compat_posix_spawnp && iof__hook_in_fiber())
+    return iof_compat_posix_spawnp(pid, file, fa, at, argv, envp);
   return REAL(posix_spawnp)(pid, file, fa, at, argv, envp);
 }
 

@@ -7,7 +7,9 @@
  *   per connection), each then sleeping 200 ms, overlap on fibers;
  * - redis-cli (linked with jemalloc, which creates pthread keys from
  *   another library's constructor) against a redis-server started here;
- * - nc (netcat-openbsd) as a server and as a client.
+ * - nc (netcat-openbsd) as a server and as a client;
+ * - unbound with two threads (each blocks the signals the main one
+ *   handles) answers a query from its local zone, then exits on SIGTERM.
  * A program that is not installed is skipped (scripts/install-deps.sh
  * installs them all). */
 #include <arpa/inet.h>
@@ -38,6 +40,7 @@
 #define REDIS_CLI "/usr/bin/redis-cli"
 #define NC "/usr/bin/nc"
 #define REDIS_BENCH "/usr/bin/redis-benchmark"
+#define UNBOUND "/usr/sbin/unbound"
 
 static int free_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -453,6 +456,57 @@ static void test_nc(void **state) {
   assert_string_equal(buf, "reply\n");
 }
 
+/* ---- unbound ---------------------------------------------------------- */
+
+static void test_unbound(void **state) {
+  (void)state;
+  if (access(UNBOUND, X_OK) != 0) skip();
+  int port = free_port();
+  char conf[128], out[128], buf[1024];
+  tmp_path(conf, sizeof conf, "unbound.conf");
+  tmp_path(out, sizeof out, "unbound.err");
+  FILE *f = fopen(conf, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "server:\n  interface: 127.0.0.1\n  port: %d\n  do-ip6: no\n"
+          "  do-daemonize: no\n  use-syslog: no\n  logfile: \"\"\n"
+          "  chroot: \"\"\n  username: \"\"\n  pidfile: \"\"\n"
+          "  directory: \"%s\"\n  num-threads: 2\n"
+          "  local-zone: \"test.\" static\n"
+          "  local-data: \"a.test. IN A 10.1.2.3\"\n"
+          "remote-control:\n  control-enable: no\n",
+          port, tmpdir);
+  fclose(f);
+  pid_t pid = spawn(
+      (const char *const[]){IOF_RUN_PATH, UNBOUND, "-d", "-c", conf, NULL}, -1,
+      NULL, out);
+  assert_true(wait_listening(port, pid));
+  /* A query for a.test, type A, over UDP. */
+  static const unsigned char q[] = {0x12, 0x34, 1,   0, 0, 1,   0, 0,
+                                    0,    0,    0,   0, 1, 'a', 4, 't',
+                                    'e',  's',  't', 0, 0, 1,   0, 1};
+  int u = socket(AF_INET, SOCK_DGRAM, 0);
+  assert_true(u >= 0);
+  struct timeval tv = {5, 0};
+  setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(sendto(u, q, sizeof q, 0, (struct sockaddr *)&a, sizeof a),
+                   (ssize_t)sizeof q);
+  ssize_t n = recv(u, buf, sizeof buf, 0);
+  close(u);
+  assert_true(n >= (ssize_t)sizeof q + 16);
+  const unsigned char *r = (const unsigned char *)buf;
+  assert_int_equal(r[0] << 8 | r[1], 0x1234);
+  assert_int_equal(r[3] & 15, 0);        /* NOERROR */
+  assert_int_equal(r[6] << 8 | r[7], 1); /* one answer */
+  assert_memory_equal(r + n - 4, "\x0a\x01\x02\x03", 4);
+  /* Its workers block SIGTERM for themselves; the main thread handles it. */
+  kill(pid, SIGTERM);
+  assert_int_equal(wait_exit(pid, 10), 0);
+  unlink(conf);
+}
+
 IOF_TEST_WATCHDOG(setup, teardown, 40)
 
 int main(void) {
@@ -466,11 +520,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_node, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nc, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unbound, setup, teardown),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
-  const char *names[] = {"f.txt",     "http.err", "py.out", "py.err",
-                         "redis.out", "nc.out",   "mp.out", "mp.err",
-                         "node.out",  "node.err"};
+  const char *names[] = {"f.txt",     "http.err", "py.out",     "py.err",
+                         "redis.out", "nc.out",   "mp.out",     "mp.err",
+                         "node.out",  "node.err", "unbound.err"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char p[128];
     tmp_path(p, sizeof p, names[i]);

@@ -11,6 +11,12 @@
  *   blocks (make -j and SIGCHLD) end with EINTR when it arrives;
  * - sigwait and sigtimedwait in a thread leave the io thread to the
  *   others;
+ * - each thread has its own signal mask (unbound: workers block what main
+ *   handles): a signal a worker blocks still interrupts main; one every
+ *   thread blocks stays pending until unblocked; new threads inherit the
+ *   creator's mask; pthread_kill of a thread that blocks the signal waits
+ *   for it to unblock it; a child (fork, posix_spawn) starts with the
+ *   mask of the thread that made it;
  * - the alarm() + siglongjmp timeout idiom around a blocking read, while
  *   other threads run: the handler runs in main (as in the thread whose
  *   call it interrupts), so the jump lands in main's frames and main's
@@ -19,6 +25,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <setjmp.h>
+#include <spawn.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -262,6 +270,142 @@ static void sigwait_in_thread(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+static int wp[2];
+static atomic_int worker_stage;
+static sigset_t worker_seen;
+static int worker_hits;
+
+/* Blocks SIGUSR1 for itself, waits for a byte, then unblocks it. */
+static void *masked_worker(void *arg) {
+  (void)arg;
+  sigset_t b;
+  sigemptyset(&b);
+  sigaddset(&b, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &b, NULL);
+  pthread_sigmask(SIG_BLOCK, NULL, &worker_seen);
+  atomic_store(&worker_stage, 1);
+  char c;
+  (void)!read(wp[0], &c, 1);
+  int h = hits;
+  pthread_sigmask(SIG_UNBLOCK, &b, NULL); /* the pending one runs here */
+  worker_hits = hits - h;
+  return NULL;
+}
+
+static void *mask_probe(void *arg) {
+  pthread_sigmask(SIG_BLOCK, NULL, (sigset_t *)arg);
+  return NULL;
+}
+
+static void thread_masks(void) {
+  handle(SIGUSR1, 0);
+  if (pipe(wp) != 0) return;
+  atomic_store(&worker_stage, 0);
+  pthread_t w;
+  pthread_create(&w, NULL, masked_worker, NULL);
+  for (int i = 0; i < 5000 && !atomic_load(&worker_stage); i++) usleep(1000);
+  CHECK(sigismember(&worker_seen, SIGUSR1) == 1, "the worker's own mask");
+  sigset_t mine;
+  pthread_sigmask(SIG_BLOCK, NULL, &mine);
+  CHECK(sigismember(&mine, SIGUSR1) == 0, "main's mask is not the worker's");
+
+  /* Delivered although the worker blocks it: main leaves it open. */
+  later l = {SIGUSR1, 50};
+  pthread_t k;
+  pthread_create(&k, NULL, kill_later, &l);
+  int h = hits;
+  char c;
+  double t0 = now();
+  ssize_t r = read(pfd[0], &c, 1);
+  CHECK(r == -1 && errno == EINTR && hits == h + 1 && now() - t0 < 5,
+        "a signal the worker blocks interrupts main");
+  pthread_join(k, NULL);
+
+  /* Every thread blocks it: pending until main unblocks it. */
+  sigset_t b, old, pend;
+  sigemptyset(&b);
+  sigaddset(&b, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &b, &old);
+  h = hits;
+  kill(getpid(), SIGUSR1);
+  usleep(20000);
+  sigpending(&pend);
+  CHECK(hits == h && sigismember(&pend, SIGUSR1) == 1,
+        "blocked by every thread: pending");
+  sigset_t seen;
+  pthread_t p;
+  pthread_create(&p, NULL, mask_probe, &seen);
+  pthread_join(p, NULL);
+  CHECK(sigismember(&seen, SIGUSR1) == 1, "a new thread inherits the mask");
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  CHECK(hits == h + 1, "delivered when unblocked");
+
+  /* To the worker, which blocks it: held until it unblocks it. */
+  h = hits;
+  CHECK(pthread_kill(w, SIGUSR1) == 0, "pthread_kill");
+  usleep(30000);
+  CHECK(hits == h, "pthread_kill waits while the worker blocks it");
+  (void)!write(wp[1], "g", 1);
+  pthread_join(w, NULL);
+  CHECK(worker_hits == 1 && hits == h + 1, "run when the worker unblocked");
+  close(wp[0]);
+  close(wp[1]);
+}
+
+/* The SigBlk line of a program's /proc/self/status, run by posix_spawn. */
+static unsigned long long spawned_sigblk(void) {
+  int p[2];
+  if (pipe(p) != 0) return 0;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  char *argv[] = {"cat", "/proc/self/status", NULL};
+  extern char **environ;
+  pid_t pid;
+  int r = posix_spawn(&pid, "/bin/cat", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  char buf[4096];
+  size_t n = 0;
+  ssize_t k;
+  while (r == 0 && n < sizeof buf - 1 &&
+         (k = read(p[0], buf + n, sizeof buf - 1 - n)) > 0)
+    n += (size_t)k;
+  buf[n] = '\0';
+  close(p[0]);
+  if (r == 0) waitpid(pid, NULL, 0);
+  char *line = strstr(buf, "SigBlk:");
+  return line ? strtoull(line + 7, NULL, 16) : 0;
+}
+
+static void child_masks(void) {
+  pthread_t tk;
+  atomic_store(&stop_ticking, false);
+  int t0 = atomic_load(&ticks);
+  pthread_create(&tk, NULL, ticker, NULL); /* leaves SIGUSR2 open */
+  for (int i = 0; i < 5000 && atomic_load(&ticks) == t0; i++) usleep(1000);
+  sigset_t b, old;
+  sigemptyset(&b);
+  sigaddset(&b, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &b, &old);
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t m;
+    sigprocmask(SIG_BLOCK, NULL, &m);
+    _exit(sigismember(&m, SIGUSR2) == 1 ? 7 : 8);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 7, "a forked child's mask");
+  unsigned long long blk = spawned_sigblk();
+  CHECK(blk & (1ull << (SIGUSR2 - 1)), "a spawned program's mask");
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  blk = spawned_sigblk();
+  CHECK(!(blk & (1ull << (SIGUSR2 - 1))), "unblocked: the program's too");
+  atomic_store(&stop_ticking, true);
+  pthread_join(tk, NULL);
+}
+
 static sigjmp_buf jump_env;
 static void jump_out(int s) {
   (void)s;
@@ -311,7 +455,9 @@ int main(void) {
   pause_and_sigsuspend();
   masked_waits();
   sigwait_in_thread();
+  thread_masks();
   alarm_longjmp();
+  child_masks(); /* last: a spawn puts pipes back in blocking mode */
   if (!failed) printf("signals: all steps right\n");
   return failed;
 }

@@ -107,6 +107,8 @@
 #define sigwait iof_compat_sigwait
 #define waitpid iof_compat_waitpid
 #define system iof_compat_system
+#define posix_spawn iof_compat_posix_spawn
+#define posix_spawnp iof_compat_posix_spawnp
 #define wait(status) iof_compat_wait(status) /* not `union wait` */
 #define wait4 iof_compat_wait4
 #define waitid iof_compat_waitid
@@ -114,6 +116,8 @@
 #define sigtimedwait iof_compat_sigtimedwait
 #define pause iof_compat_pause
 #define sigsuspend iof_compat_sigsuspend
+#define sigprocmask iof_compat_sigprocmask
+#define pthread_sigmask iof_compat_pthread_sigmask
 #endif
 
 /* threads */

@@ -23,6 +23,7 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <spawn.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -176,6 +177,17 @@ IOF_API pid_t iof_compat_waitpid(pid_t pid, int *status, int options);
  * the fiber waits for it; SIGINT and SIGQUIT are ignored while it runs
  * (the child gets their defaults), as glibc does. */
 IOF_API int iof_compat_system(const char *cmd);
+/* As posix_spawn(3) and posix_spawnp(3); from a fiber thread the child
+ * starts with that thread's signal mask (iof_compat_pthread_sigmask),
+ * unless attr sets one. Returns 0 or an errno value. */
+IOF_API int iof_compat_posix_spawn(pid_t *pid, const char *path,
+                                   const posix_spawn_file_actions_t *fa,
+                                   const posix_spawnattr_t *attr,
+                                   char *const argv[], char *const envp[]);
+IOF_API int iof_compat_posix_spawnp(pid_t *pid, const char *file,
+                                    const posix_spawn_file_actions_t *fa,
+                                    const posix_spawnattr_t *attr,
+                                    char *const argv[], char *const envp[]);
 /* For a child made without fork(3) from a fiber (a raw clone system call
  * without CLONE_VM, which runs no fork handlers): call it first thing in
  * the child. The runtime then steps aside there as after fork: the
@@ -222,6 +234,17 @@ IOF_API int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
 #endif
 IOF_API int iof_compat_pause(void);
 IOF_API int iof_compat_sigsuspend(const sigset_t *mask);
+
+/* ---- signal masks ------------------------------------------------------
+ * As pthread_sigmask(3) (0 or an errno value) and sigprocmask(2) (-1 and
+ * errno): in a fiber thread (one iof_compat_pthread_create or iof_main
+ * started), they change that thread's own mask, which its new threads,
+ * fork children and exec'd programs inherit, and pthread_kill respects.
+ * The OS thread running fiber threads blocks a signal only while all of
+ * them block it. Elsewhere the plain calls. EINVAL for a bad how. */
+IOF_API int iof_compat_pthread_sigmask(int how, const sigset_t *set,
+                                       sigset_t *old);
+IOF_API int iof_compat_sigprocmask(int how, const sigset_t *set, sigset_t *old);
 
 /* ---- fd bookkeeping ----------------------------------------------------
  * close(2), dup(2), dup2(2), dup3(2): closing (or dup2-ing over) an fd
