@@ -149,19 +149,24 @@ static int pool_starter(void *arg) {
   return 0;
 }
 
+static void pool_done(void *user, int status) {
+  atomic_store((atomic_int *)user, status);
+}
+
 static void test_pool_fiber_thread(void **st) {
   (void)st;
   iof_thread_pool *tp = iof_thread_pool_create(2);
   assert_non_null(tp);
-  int status = -12345;
+  atomic_int status = -12345;
   iof_launch_opts o = {0};
-  o.on_done = compat_done;
+  o.on_done = pool_done;
   o.user = &status;
   atomic_store(&pool_ok, 0);
   assert_int_equal(
       iof_run_async(iof_thread_pool_executor(tp), &o, pool_starter, NULL), 0);
-  for (int i = 0; i < 5000 && status == -12345; i++) usleep(1000);
-  assert_int_equal(status, 0);
+  for (int i = 0; i < 5000 && atomic_load(&status) == -12345; i++)
+    usleep(1000);
+  assert_int_equal(atomic_load(&status), 0);
   assert_int_equal(atomic_load(&pool_ok), 1);
   iof_thread_pool_stop(tp);
   assert_int_equal(iof_thread_pool_join(tp), 0);
