@@ -211,22 +211,30 @@ int iof_compat_system(const char *cmd) {
 /* The child starts with the calling fiber thread's signal mask, not the
  * OS thread's, unless attr sets one (glibc's spawn runs none of our code
  * in the child, so the OS thread wears the mask for the call). */
+typedef int spawn_call(pid_t *, const char *,
+                       const posix_spawn_file_actions_t *,
+                       const posix_spawnattr_t *, char *const[], char *const[]);
+
+static int spawn_masked(spawn_call *call, pid_t *pid, const char *what,
+                        const posix_spawn_file_actions_t *fa,
+                        const posix_spawnattr_t *attr, char *const argv[],
+                        char *const envp[]) {
+  iof__compat_child_mask(1);
+  int r = call(pid, what, fa, attr, argv, envp);
+  iof__compat_child_mask(0);
+  return r;
+}
+
 int iof_compat_posix_spawn(pid_t *pid, const char *path,
                            const posix_spawn_file_actions_t *fa,
                            const posix_spawnattr_t *attr, char *const argv[],
                            char *const envp[]) {
-  iof__compat_child_mask(1);
-  int r = iof__libc.posix_spawn(pid, path, fa, attr, argv, envp);
-  iof__compat_child_mask(0);
-  return r;
+  return spawn_masked(iof__libc.posix_spawn, pid, path, fa, attr, argv, envp);
 }
 
 int iof_compat_posix_spawnp(pid_t *pid, const char *file,
                             const posix_spawn_file_actions_t *fa,
                             const posix_spawnattr_t *attr, char *const argv[],
                             char *const envp[]) {
-  iof__compat_child_mask(1);
-  int r = iof__libc.posix_spawnp(pid, file, fa, attr, argv, envp);
-  iof__compat_child_mask(0);
-  return r;
+  return spawn_masked(iof__libc.posix_spawnp, pid, file, fa, attr, argv, envp);
 }
