@@ -636,16 +636,70 @@ static void each_open_fd(void (*fn)(int fd, void *arg), void *arg) {
 
 typedef struct restore_filter {
   bool inheritable_only, pipes_only;
+  const posix_spawn_file_actions_t *fa; /* posix_spawn's, or NULL */
 } restore_filter;
 
+/* glibc's record of one file action (its spawn_int.h; the layout has not
+ * changed since glibc 2.1, new kinds were added at the end). Read only to
+ * learn which of our fds a posix_spawn child ends up with. */
+enum { GLIBC_SPAWN_CLOSE, GLIBC_SPAWN_DUP2, GLIBC_SPAWN_OPEN };
+struct glibc_spawn_action {
+  int tag;
+  union {
+    struct {
+      int fd;
+    } close;
+    struct {
+      int fd, newfd;
+    } dup2;
+    struct {
+      int fd;
+      char *path;
+      int oflag;
+      unsigned mode;
+    } open;
+  } u;
+};
+
+enum { CHILD_INHERITS, CHILD_COPY, CHILD_LOSES };
+
+/* What fa does to our fd in the child: copies it onto another number
+ * (dup2's source), takes it away (closed, or replaced by a dup2 or an
+ * open), or nothing (it is inherited unless close-on-exec). */
+static int child_view(const posix_spawn_file_actions_t *fa, int fd) {
+  if (!fa || fa->__used < 0 || fa->__used > fa->__allocated) return 0;
+  const struct glibc_spawn_action *a =
+      (const struct glibc_spawn_action *)fa->__actions;
+  int v = CHILD_INHERITS;
+  for (int i = 0; a && i < fa->__used; i++) {
+    if (a[i].tag == GLIBC_SPAWN_DUP2 && a[i].u.dup2.fd == fd) return CHILD_COPY;
+    if ((a[i].tag == GLIBC_SPAWN_CLOSE && a[i].u.close.fd == fd) ||
+        (a[i].tag == GLIBC_SPAWN_DUP2 && a[i].u.dup2.newfd == fd) ||
+        (a[i].tag == GLIBC_SPAWN_OPEN && a[i].u.open.fd == fd))
+      v = CHILD_LOSES;
+  }
+  return v;
+}
+
+/* Sockets above the standard streams stay non-blocking unless the child
+ * gets them as a copy (posix_spawn's dup2): a child inherits a server's
+ * accepted sockets without close-on-exec but does not use them, and the
+ * server's fibers must keep waiting on them without blocking their thread
+ * (after a system() a keep-alive connection's read held the whole thread
+ * until the client spoke). posix_spawn's closes spare the fds the child
+ * never holds (a pipe's other end). */
 static void restore_listed(int fd, void *arg) {
   const restore_filter *f = arg;
-  if (f->inheritable_only) {
+  int view = child_view(f->fa, fd);
+  if (view == CHILD_LOSES) return;
+  if (f->inheritable_only && view != CHILD_COPY) {
     int fdfl = REAL(fcntl)(fd, F_GETFD);
     if (fdfl < 0 || (fdfl & FD_CLOEXEC)) return;
   }
   struct stat sb;
-  if (f->pipes_only && (fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode))) return;
+  if (fstat(fd, &sb) != 0) return;
+  if (f->pipes_only && !S_ISFIFO(sb.st_mode)) return;
+  if (S_ISSOCK(sb.st_mode) && fd > 2 && view != CHILD_COPY) return;
   restore_fd(fd, view_of(fd));
 }
 
@@ -653,13 +707,15 @@ static void restore_listed(int fd, void *arg) {
  * the runtime switched to non-blocking for its waits (user view blocking,
  * compat's F_GETFL) are switched back, e.g. a shell pipeline's stdin. The
  * open file description is shared with us, so a fiber of this process
- * that later waits on such an fd blocks its thread (documented).
+ * that later waits on such an fd blocks its thread (documented); sockets
+ * above 2 are left alone (restore_listed).
  * inheritable_only: skip close-on-exec fds (the exec'ed program never sees
- * them; used where no code of ours runs between fork and exec).
+ * them) except posix_spawn's dup2 sources (fa).
  * pipes_only: skip everything but pipes and FIFOs. */
-static void restore_blocking(bool inheritable_only, bool pipes_only) {
+static void restore_blocking(bool inheritable_only, bool pipes_only,
+                             const posix_spawn_file_actions_t *fa) {
   if (!iof_compat_fcntl || !runtime_ready) return;
-  restore_filter f = {inheritable_only, pipes_only};
+  restore_filter f = {inheritable_only, pipes_only, fa};
   each_open_fd(restore_listed, &f);
 }
 
@@ -817,7 +873,7 @@ IOF_HOOK_API pid_t fork(void) {
  * listening socket inherited by a CGI is still the parent's fibers' to
  * accept on, and a blocking one would stop them all. */
 static void before_exec(void) {
-  if (stepped_aside) restore_blocking(true, true);
+  if (stepped_aside) restore_blocking(true, true, NULL);
 }
 
 /* A program started from a fiber thread inherits that thread's signal
@@ -933,14 +989,14 @@ IOF_HOOK_API int system(const char *cmd) {
   bool in_fiber = iof__hook_in_fiber();
   count(H_system,
         in_fiber ? (iof_compat_system ? C_FIBER : C_BLOCKED) : C_PLAIN);
-  if (cmd) restore_blocking(true, false);
+  if (cmd) restore_blocking(true, false, NULL);
   if (in_fiber && iof_compat_system) return iof_compat_system(cmd);
   return REAL(system)(cmd);
 }
 
 IOF_HOOK_API FILE *popen(const char *cmd, const char *mode) {
   count(H_popen, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(true, false);
+  restore_blocking(true, false, NULL);
   WITH_CHILD_MASK(FILE *, REAL(popen)(cmd, mode));
 }
 
@@ -949,7 +1005,7 @@ IOF_HOOK_API int posix_spawn(pid_t *pid, const char *path,
                              const posix_spawnattr_t *at, char *const argv[],
                              char *const envp[]) {
   count(H_posix_spawn, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(false, false);
+  restore_blocking(true, false, fa);
   if (iof_compat_posix_spawn && iof__hook_in_fiber())
     return iof_compat_posix_spawn(pid, path, fa, at, argv, envp);
   return REAL(posix_spawn)(pid, path, fa, at, argv, envp);
@@ -960,7 +1016,7 @@ IOF_HOOK_API int posix_spawnp(pid_t *pid, const char *file,
                               const posix_spawnattr_t *at, char *const argv[],
                               char *const envp[]) {
   count(H_posix_spawnp, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(false, false);
+  restore_blocking(true, false, fa);
   if (iof_compat_posix_spawnp && iof__hook_in_fiber())
     return iof_compat_posix_spawnp(pid, file, fa, at, argv, envp);
   return REAL(posix_spawnp)(pid, file, fa, at, argv, envp);
