@@ -25,7 +25,8 @@
 static void usage(FILE *to) {
   fputs("usage: iofiber-run [--threads N] [--follow-exec] [--] PROGRAM "
         "[ARGS...]\n"
-        "  --threads N    run fibers on N io threads (default 1)\n"
+        "  --threads N    run fibers on N io threads (default: IOF_THREADS,\n"
+        "                 else 1)\n"
         "  --follow-exec  programs it execs run on fibers too\n"
         "  IOF_HOOK_VERBOSE=1 reports per-call counters at exit.\n",
         to);
@@ -120,7 +121,7 @@ static void warn_if_plain(const char *prog) {
 }
 
 int main(int argc, char **argv) {
-  unsigned long threads = 1;
+  unsigned long threads = 0; /* not given: IOF_THREADS, else 1 */
   bool follow = false;
   int i = 1;
   for (; i < argc; i++) {
@@ -171,9 +172,9 @@ int main(int argc, char **argv) {
   else
     snprintf(pre, need, "%s", hook);
   char nthreads[24];
-  snprintf(nthreads, sizeof nthreads, "%lu", threads);
+  snprintf(nthreads, sizeof nthreads, "%lu", threads ? threads : 1);
   if (setenv("LD_PRELOAD", pre, 1) || setenv("IOF_RUN", "1", 1) ||
-      setenv("IOF_THREADS", nthreads, 1) ||
+      setenv("IOF_THREADS", nthreads, threads != 0) ||
       (follow ? setenv("IOF_FOLLOW_EXEC", "1", 1)
               : unsetenv("IOF_FOLLOW_EXEC"))) {
     perror("iofiber-run: setenv");

@@ -172,6 +172,23 @@ static void test_launcher_errors(void **state) {
       (const char *const[]){IOF_RUN_PATH, "--threads", "2", "/bin/sh", "-c",
                             "exit 3", NULL});
   assert_int_equal(r.status, 3);
+  /* IOF_THREADS from the environment counts unless --threads is given:
+   * the program's OS threads are its io threads. */
+  const char *const three[] = {"LD_PRELOAD",  NULL, "IOF_RUN", NULL,
+                               "IOF_THREADS", "3",  NULL};
+#define THREADS_OF_SH "grep Threads: /proc/$$/status | tr -dc 0-9"
+  const char *const show[] = {IOF_RUN_PATH, "/bin/sh", "-c", THREADS_OF_SH,
+                              NULL};
+  run(&r, three, show);
+  assert_string_equal(r.out, "3");
+  run(&r, three,
+      (const char *const[]){IOF_RUN_PATH, "--threads", "2", "/bin/sh", "-c",
+                            THREADS_OF_SH, NULL});
+  assert_string_equal(r.out, "2");
+  const char *const unset[] = {"LD_PRELOAD",  NULL, "IOF_RUN", NULL,
+                               "IOF_THREADS", NULL, NULL};
+  run(&r, unset, show);
+  assert_string_equal(r.out, "1");
 }
 
 static void test_static_binary_warned(void **state) {
