@@ -22,6 +22,11 @@
 
 #define PAUSE_MIN_NS 1000000LL
 #define PAUSE_MAX_NS 20000000LL
+/* A pidfd turns readable when the child exits, but a traced child's stop,
+ * which waitpid reports without WUNTRACED, never shows on it: the wait on
+ * it checks again after a pause growing to this (a tracer's first stop
+ * was missed for good). */
+#define PIDFD_PAUSE_MAX_NS 1000000000LL
 
 /* A pidfd for pid, or -1 (none: an old kernel, not a child, any child). */
 static int child_fd(idtype_t type, id_t id, int options) {
@@ -44,7 +49,10 @@ static int wait_between(iof_fiber *f, int pfd, int64_t *pause_ns) {
     fw.fd = pfd;
     fw.events = EV_READ;
     bool reg = iof__compat_intr_enter(f, &fw.op, true);
-    return iof__compat_intr_leave(reg, iof__fd_wait_run(&fw, io, -1));
+    int r = iof__compat_intr_leave(
+        reg, iof__fd_wait_run(&fw, io, iof__now_ns() + *pause_ns));
+    if (*pause_ns < PIDFD_PAUSE_MAX_NS) *pause_ns *= 2;
+    return r == -ETIMEDOUT ? 0 : r;
   }
   iof_io_op op;
   iof__io_op_init(&op, io, NULL, NULL, NULL);

@@ -3,13 +3,16 @@
  * keeps ticking) and return the kernel's answer: the pid, the exit status,
  * a stop under WUNTRACED, ECHILD without children, 0 under WNOHANG.
  * system() runs its shell while the other fiber ticks, with SIGINT
- * ignored meanwhile and restored after.
+ * ignored meanwhile and restored after. A traced child's stop, which
+ * waitpid reports without WUNTRACED, ends the wait for that one child
+ * (the exit-only pidfd it waits on never shows it).
  *
  * IOF_TEST_THREADED */
 #include "compat_io_test.h"
 
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -160,6 +163,33 @@ static void test_system(void **s) {
 }
 
 /* Outside fibers the calls are the plain ones. */
+static int sc_traced(void *arg) {
+  (void)arg;
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (ptrace(PTRACE_TRACEME, 0, NULL, NULL) != 0) _exit(42);
+    raise(SIGSTOP);
+    _exit(7);
+  }
+  CHECK(pid > 0);
+  int st = 0;
+  int64_t t0 = iof_now_ns();
+  CHECK(iof_compat_waitpid(pid, &st, 0) == pid);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 42) return 0; /* no ptrace here */
+  CHECK(WIFSTOPPED(st) && WSTOPSIG(st) == SIGSTOP);
+  CHECK(iof_now_ns() - t0 < 5000 * MS);
+  CHECK(ptrace(PTRACE_DETACH, pid, NULL, NULL) == 0);
+  CHECK(iof_compat_waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+  return 0;
+}
+
+static void test_traced_child_stop(void **s) {
+  (void)s;
+  assert_int_equal(in_fiber(sc_traced, NULL), 0);
+  assert_no_failures();
+}
+
 static void test_plain_thread(void **s) {
   (void)s;
   int st = 0;
@@ -176,6 +206,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_waits_suspend_the_fiber, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_system, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_traced_child_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plain_thread, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -168,9 +168,11 @@ IOF_API int iof_compat_sched_yield(void);
  * As waitpid(2), wait(2), wait4(2), waitid(2): in a fiber the fiber, not
  * its thread, waits; the result is the kernel's (the call with WNOHANG,
  * made again whenever the child may have changed state). A wait for one
- * child's exit waits on a pidfd of it; other waits (any child, a process
- * group, stops and continues) check again after a pause growing from 1 to
- * 20 ms. WNOHANG calls and calls outside fibers are the plain ones. */
+ * child's exit waits on a pidfd of it, and checks again after a pause
+ * growing from 1 ms to 1 s (a traced child's stops do not show on it);
+ * other waits (any child, a process group, stops and continues) check
+ * again after a pause growing from 1 to 20 ms. WNOHANG calls and calls outside
+ * fibers are the plain ones. */
 struct rusage;
 IOF_API pid_t iof_compat_waitpid(pid_t pid, int *status, int options);
 /* As system(3): in a fiber, /bin/sh -c cmd is started with posix_spawn and
