@@ -221,11 +221,9 @@ int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.ppoll(fds, n, timeout, mask);
   uint64_t saved;
-  bool begun = iof__sigmask_wait_begin(mask, &saved);
+  _Atomic uint64_t *m = iof__sigmask_wait_begin(mask, &saved);
   int r = poll_fiber(fds, n, deadline_ts(timeout), mask);
-  int e = errno;
-  iof__sigmask_wait_end(begun, saved);
-  errno = e;
+  iof__sigmask_wait_end(m, saved);
   return r;
 }
 
@@ -322,11 +320,9 @@ int iof_compat_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.pselect(nfds, rd, wr, ex, timeout, mask);
   uint64_t saved;
-  bool begun = iof__sigmask_wait_begin(mask, &saved);
+  _Atomic uint64_t *m = iof__sigmask_wait_begin(mask, &saved);
   int r = select_fiber(nfds, rd, wr, ex, deadline_ts(timeout), mask);
-  int e = errno;
-  iof__sigmask_wait_end(begun, saved);
-  errno = e;
+  iof__sigmask_wait_end(m, saved);
   return r;
 }
 
@@ -385,10 +381,8 @@ int iof_compat_epoll_pwait(int epfd, struct epoll_event *events, int max,
   if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.epoll_pwait(epfd, events, max, timeout_ms, mask);
   uint64_t saved;
-  bool begun = iof__sigmask_wait_begin(mask, &saved);
+  _Atomic uint64_t *m = iof__sigmask_wait_begin(mask, &saved);
   int r = epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), mask);
-  int e = errno;
-  iof__sigmask_wait_end(begun, saved);
-  errno = e;
+  iof__sigmask_wait_end(m, saved);
   return r;
 }

@@ -11,6 +11,7 @@
 #include <iofiber/compat_io.h>
 
 #include "compat/fd_table.h"
+#include "compat/signal_internal.h"
 #include "compat/thread_internal.h"
 
 #include <errno.h>
@@ -80,17 +81,15 @@ static void sync_thread(host *h) {
   h->applied = want;
 }
 
-/* The open counts for a mask going from `from` to `to` (~0: not hosted). */
-static void host_move(host *h, uint64_t from, uint64_t to) {
-  bool sync = false;
-  for (int s = 1; s <= 64; s++) {
-    uint64_t b = BIT(s);
-    if (!(KEPT & b) || (from & b) == (to & b)) continue;
-    if (from & b) { /* opens */
-      sync |= h->open[s - 1]++ == 0;
-    } else {
-      sync |= --h->open[s - 1] == 0;
-    }
+/* The open counts for a mask going from `from` to `to` (~0: not hosted);
+ * the thread's mask follows when a count crosses 0, or with `sync`. */
+static void host_move(host *h, uint64_t from, uint64_t to, bool sync) {
+  for (uint64_t d = (from ^ to) & KEPT; d; d &= d - 1) {
+    int i = __builtin_ctzll(d); /* signal i + 1 */
+    if (from & d & -d)          /* opens */
+      sync |= h->open[i]++ == 0;
+    else
+      sync |= --h->open[i] == 0;
   }
   if (sync) sync_thread(h);
 }
@@ -107,16 +106,14 @@ void iof__sigmask_host_enter(uint64_t mask) {
   if (!pinned()) return;
   host *h = host_get();
   h->hosted++;
-  host_move(h, ~(uint64_t)0, mask & KEPT);
-  if (h->hosted == 1) sync_thread(h);
+  host_move(h, ~(uint64_t)0, mask & KEPT, h->hosted == 1);
 }
 
 void iof__sigmask_host_leave(uint64_t mask) {
   if (!pinned()) return;
   host *h = host_get();
   h->hosted--;
-  host_move(h, mask & KEPT, ~(uint64_t)0);
-  if (h->hosted == 0) sync_thread(h);
+  host_move(h, mask & KEPT, ~(uint64_t)0, h->hosted == 0);
 }
 
 uint64_t iof__sigmask_current(void) {
@@ -127,12 +124,17 @@ uint64_t iof__sigmask_current(void) {
   return iof__sigset_bits(&now) & KEPT;
 }
 
-void iof__sigmask_apply_real(void) {
-  _Atomic uint64_t *m = iof__cthread_sigmask(iof__cthr_fiber());
-  if (!m) return;
+/* The OS thread takes mask word m (its own goes to *old); 0 or an errno
+ * value. */
+static int wear(_Atomic uint64_t *m, sigset_t *old) {
   sigset_t set;
   iof__sigset_from_bits(&set, atomic_load_explicit(m, memory_order_relaxed));
-  iof__libc.pthread_sigmask(SIG_SETMASK, &set, NULL);
+  return iof__libc.pthread_sigmask(SIG_SETMASK, &set, old);
+}
+
+void iof__sigmask_apply_real(void) {
+  _Atomic uint64_t *m = iof__cthread_sigmask(iof__cthr_fiber());
+  if (m) (void)wear(m, NULL);
 }
 
 /* The fiber thread's own mask, or NULL where the call is the real one:
@@ -161,10 +163,10 @@ static int change(_Atomic uint64_t *m, int how, const sigset_t *set,
   if (old) iof__sigset_from_bits(old, cur); /* set may be old: read first */
   if (next == cur) return 0;
   atomic_store_explicit(m, next, memory_order_relaxed);
-  if (pinned()) host_move(host_get(), cur, next);
+  if (pinned()) host_move(host_get(), cur, next, false);
   /* Signals pthread_kill left while they were blocked: delivered now, as
    * the kernel delivers a pending signal the moment it is unblocked. */
-  if (cur & ~next) iof__cthread_run_unblocked();
+  if (cur & ~next) (void)iof__compat_run_pending(iof__cthread_take_unblocked());
   return 0;
 }
 
@@ -187,16 +189,16 @@ void iof__sigmask_restore(uint64_t bits) {
  * thread's: a signal it lets in that the OS thread blocks is caught by the
  * wait's signalfd (iof__compat_admit_fd), and one the OS thread lets in is
  * handled at once and, in main, ends the wait (main_blocks reads this). */
-bool iof__sigmask_wait_begin(const sigset_t *mask, uint64_t *saved) {
+_Atomic uint64_t *iof__sigmask_wait_begin(const sigset_t *mask,
+                                          uint64_t *saved) {
   _Atomic uint64_t *m = mask ? own_mask() : NULL;
-  if (!m) return false;
-  *saved = atomic_exchange_explicit(m, iof__sigset_bits(mask) & KEPT,
-                                    memory_order_relaxed);
-  return true;
+  if (m)
+    *saved = atomic_exchange_explicit(m, iof__sigset_bits(mask) & KEPT,
+                                      memory_order_relaxed);
+  return m;
 }
 
-void iof__sigmask_wait_end(bool begun, uint64_t saved) {
-  _Atomic uint64_t *m = begun ? own_mask() : NULL;
+void iof__sigmask_wait_end(_Atomic uint64_t *m, uint64_t saved) {
   if (m) atomic_store_explicit(m, saved, memory_order_relaxed);
 }
 
@@ -221,9 +223,7 @@ void iof__compat_child_mask(int step) {
   if (step > 0) {
     _Atomic uint64_t *m = own_mask();
     if (!m || swapped) return;
-    sigset_t v;
-    iof__sigset_from_bits(&v, atomic_load_explicit(m, memory_order_relaxed));
-    swapped = iof__libc.pthread_sigmask(SIG_SETMASK, &v, &saved) == 0;
+    swapped = wear(m, &saved) == 0;
   } else if (swapped) {
     swapped = false;
     iof__libc.pthread_sigmask(SIG_SETMASK, &saved, NULL);

@@ -8,6 +8,7 @@
 #define IOF_COMPAT_SIGMASK_INTERNAL_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -37,9 +38,11 @@ IOF_HIDDEN void iof__sigmask_restore(uint64_t bits);
 
 /* Around a wait that takes a signal mask (sigsuspend, ppoll, pselect,
  * epoll_pwait): the mask is the fiber thread's for the wait's duration.
- * end takes begin's result and the saved mask. */
-IOF_HIDDEN bool iof__sigmask_wait_begin(const sigset_t *mask, uint64_t *saved);
-IOF_HIDDEN void iof__sigmask_wait_end(bool begun, uint64_t saved);
+ * begin returns the thread's mask word (NULL: none, or no mask), which
+ * end gets back with the saved mask. Neither touches errno. */
+IOF_HIDDEN _Atomic uint64_t *iof__sigmask_wait_begin(const sigset_t *mask,
+                                                     uint64_t *saved);
+IOF_HIDDEN void iof__sigmask_wait_end(_Atomic uint64_t *m, uint64_t saved);
 
 /* For libiofiber-hook, around a call that starts a program from this
  * thread without running our code in the child (exec, posix_spawn,

@@ -34,7 +34,6 @@ static atomic_bool waiting;
 static atomic_int deferred[NSIG];
 static siginfo_t deferred_info[NSIG];
 static void run_deferred(void);
-static bool run_pending(uint64_t pending);
 
 /* The wake-up of main's io thread: started on the loop of main's first
  * interruptible wait (unreferenced: it never keeps a loop running). */
@@ -92,7 +91,7 @@ bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op, bool restartable) {
      * runs a handler before the thread's next system call. */
     uint64_t pending;
     bool reg = iof__cthread_intr_enter(f, op, restartable, &pending);
-    if (pending) (void)run_pending(pending);
+    if (pending) (void)iof__compat_run_pending(pending);
     return reg;
   }
   watch(iof__compat_io(f));
@@ -112,7 +111,7 @@ int iof__compat_intr_leave(bool registered, int r) {
   if (f != main_fiber) {
     bool restartable = false;
     uint64_t pending = iof__cthread_intr_leave(f, &restartable);
-    bool norestart = run_pending(pending);
+    bool norestart = iof__compat_run_pending(pending);
     if (r == -EINTR && restartable && !norestart)
       return 0; /* only SA_RESTART handlers: the call goes on */
     return r;
@@ -300,9 +299,7 @@ int iof__compat_run_handler(int sig) {
   return run_user(sig, &si);
 }
 
-/* The signals pthread_kill left for a fiber thread (bits sig - 1), run in
- * order; whether one of them lacked SA_RESTART. */
-static bool run_pending(uint64_t pending) {
+bool iof__compat_run_pending(uint64_t pending) {
   bool norestart = false;
   for (int s = 1; pending && s <= 64; s++) {
     if (!(pending & ((uint64_t)1 << (s - 1)))) continue;
@@ -394,11 +391,9 @@ int iof_compat_sigsuspend(const sigset_t *mask) {
   iof_fiber *f = iof__compat_fiber();
   if (!f || f != main_fiber || !mask) return iof__libc.sigsuspend(mask);
   uint64_t saved;
-  bool begun = iof__sigmask_wait_begin(mask, &saved);
+  _Atomic uint64_t *m = iof__sigmask_wait_begin(mask, &saved);
   int r = sigsuspend_main(f, mask);
-  int e = errno;
-  iof__sigmask_wait_end(begun, saved);
-  errno = e;
+  iof__sigmask_wait_end(m, saved);
   return r;
 }
 

@@ -51,6 +51,10 @@ IOF_HIDDEN bool iof__compat_has_handler(int sig);
  * Returns its sa_flags, or -1 when there is no handler (any more). */
 IOF_HIDDEN int iof__compat_run_handler(int sig);
 
+/* The signals pthread_kill left for a fiber thread (bits sig - 1), run in
+ * order in the calling fiber; whether one of them lacked SA_RESTART. */
+IOF_HIDDEN bool iof__compat_run_pending(uint64_t pending);
+
 /* After a program's handler for sig returned (flags: its sa_flags).
  * Async-signal-safe; keeps errno. */
 IOF_HIDDEN void iof__compat_signal_ran(int sig, int flags);

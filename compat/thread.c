@@ -359,14 +359,20 @@ static uint64_t sig_bit(int sig) {
   return sig > 0 && sig <= 64 ? (uint64_t)1 << (sig - 1) : 0;
 }
 
+/* Under t->lk: the pending signals t's mask lets in, taken. */
+static uint64_t take_pending(iof__cthread *t) {
+  uint64_t p = t->sig_pending & ~atomic_load(&t->sigmask);
+  t->sig_pending &= ~p;
+  return p;
+}
+
 bool iof__cthread_intr_enter(iof_fiber *f, struct iof_io_op *op,
                              bool restartable, uint64_t *pending) {
   iof__cthread *t = record_of_fiber(f);
   *pending = 0;
   if (!t) return false;
   iof__lk_lock(&t->lk);
-  *pending = t->sig_pending & ~atomic_load(&t->sigmask);
-  t->sig_pending &= ~*pending;
+  *pending = take_pending(t);
   t->intr_op = op;
   t->intr_restart = restartable;
   iof__lk_unlock(&t->lk);
@@ -377,8 +383,7 @@ uint64_t iof__cthread_intr_leave(iof_fiber *f, bool *restartable) {
   iof__cthread *t = record_of_fiber(f);
   if (!t) return 0;
   iof__lk_lock(&t->lk);
-  uint64_t p = t->sig_pending & ~atomic_load(&t->sigmask);
-  t->sig_pending &= ~p;
+  uint64_t p = take_pending(t);
   t->intr_op = NULL;
   *restartable = t->intr_restart;
   iof__lk_unlock(&t->lk);
@@ -417,18 +422,13 @@ _Atomic uint64_t *iof__cthread_sigmask(iof_fiber *f) {
   return t ? &t->sigmask : NULL;
 }
 
-void iof__cthread_run_unblocked(void) {
+uint64_t iof__cthread_take_unblocked(void) {
   iof__cthread *t = self_record();
-  if (!t) return;
+  if (!t) return 0;
   iof__lk_lock(&t->lk);
-  uint64_t p = t->sig_pending & ~atomic_load(&t->sigmask);
-  t->sig_pending &= ~p;
+  uint64_t p = take_pending(t);
   iof__lk_unlock(&t->lk);
-  for (int s = 1; p && s <= 64; s++)
-    if (p & sig_bit(s)) {
-      p &= ~sig_bit(s);
-      (void)iof__compat_run_handler(s);
-    }
+  return p;
 }
 
 int iof_compat_pthread_cancel(pthread_t thread) {

@@ -41,10 +41,10 @@ IOF_HIDDEN bool iof__cthread_intr_enter(iof_fiber *f, struct iof_io_op *op,
 IOF_HIDDEN uint64_t iof__cthread_intr_leave(iof_fiber *f, bool *restartable);
 
 /* Fiber f's signal mask (sigmask.c), or NULL when f is no fiber thread.
- * Signals a fiber thread blocks stay pending for it; run_unblocked runs
+ * Signals a fiber thread blocks stay pending for it; take_unblocked takes
  * the calling thread's pending ones its mask now lets in. */
 IOF_HIDDEN _Atomic uint64_t *iof__cthread_sigmask(iof_fiber *f);
-IOF_HIDDEN void iof__cthread_run_unblocked(void);
+IOF_HIDDEN uint64_t iof__cthread_take_unblocked(void);
 
 /* Who owns a lock: the running fiber, or outside fibers a per-thread
  * token (not the thread's fiber state, which it need not have). */

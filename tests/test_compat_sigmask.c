@@ -164,8 +164,7 @@ static void test_pool_fiber_thread(void **st) {
   atomic_store(&pool_ok, 0);
   assert_int_equal(
       iof_run_async(iof_thread_pool_executor(tp), &o, pool_starter, NULL), 0);
-  for (int i = 0; i < 5000 && atomic_load(&status) == -12345; i++)
-    usleep(1000);
+  for (int i = 0; i < 5000 && atomic_load(&status) == -12345; i++) usleep(1000);
   assert_int_equal(atomic_load(&status), 0);
   assert_int_equal(atomic_load(&pool_ok), 1);
   iof_thread_pool_stop(tp);
