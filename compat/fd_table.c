@@ -140,6 +140,15 @@ void iof__fd_reset(int fd, unsigned flags) {
   iof__fd_slot *s = flags ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
   if (!s) return;
   bool in_fiber = iof__compat_fiber() != NULL;
+  if (iof__compat_forked) {
+    /* The child's copy of the table: its waiters are the parent's
+     * fibers, which the parent's close would end, not ours. */
+    atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
+    atomic_store_explicit(&s->rcv_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->snd_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->flags, flags, memory_order_release);
+    return;
+  }
   slot_lock(s);
   unsigned gen = atomic_fetch_add_explicit(&s->gen, 1, memory_order_acq_rel);
   /* The waiters unlink themselves when they disarm (on their io thread). */
@@ -272,13 +281,16 @@ static void waiter_disarm(iof__fd_wait *fw) {
 }
 
 /* A thread's stand-in for the kernel's blocking wait on an fd whose
- * O_NONBLOCK the runtime set. A signal restarts it: the blocking call it
- * replaces would have been restarted too (SA_RESTART) or could not tell. */
+ * O_NONBLOCK the runtime set. A handler ends it with -EINTR where the
+ * kernel would end the call it replaces: a handler without SA_RESTART, or
+ * any handler when the socket has a timeout (deadline_ns >= 0); after the
+ * others it goes on, as SA_RESTART would restart the call. */
 static int thread_wait(int fd, int events, int64_t deadline_ns) {
   struct pollfd p = {fd,
                      (short)((events & EV_READ ? POLLIN : 0) |
                              (events & EV_WRITE ? POLLOUT : 0)),
                      0};
+  unsigned norestart = iof__compat_norestart_runs;
   for (;;) {
     int ms = -1;
     if (deadline_ns >= 0) {
@@ -289,6 +301,8 @@ static int thread_wait(int fd, int events, int64_t deadline_ns) {
     int r = iof__libc.poll(&p, 1, ms);
     if (r > 0) return (p.revents & POLLNVAL) ? -EBADF : 0;
     if (r < 0 && errno != EINTR) return -errno;
+    if (r < 0 && (deadline_ns >= 0 || norestart != iof__compat_norestart_runs))
+      return -EINTR;
   }
 }
 

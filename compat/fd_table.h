@@ -128,6 +128,10 @@ IOF_HIDDEN void iof__compat_child_std_blocking(int fd);
  * (signal.c): its calls are the plain ones, whatever fiber it interrupted. */
 IOF_HIDDEN extern _Thread_local int iof__compat_in_handler;
 
+/* Runs on this thread of such handlers that lack SA_RESTART: a blocking
+ * call a handler interrupts fails with EINTR only after one of those. */
+IOF_HIDDEN extern _Thread_local unsigned iof__compat_norestart_runs;
+
 static inline iof_fiber *iof__compat_fiber(void) {
   iof_thread_state *th = iof__thread_peek();
   if (!th || iof__compat_forked || iof__compat_in_handler) return NULL;

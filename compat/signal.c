@@ -188,9 +188,13 @@ static void enter(void) {
   if (m) m(1);
 }
 
+_Thread_local unsigned iof__compat_norestart_runs
+    __attribute__((tls_model("initial-exec")));
+
 static void leave(int sig) {
   int fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
   if (fl != -1) iof__compat_signal_ran(sig, fl);
+  if (fl != -1 && !(fl & SA_RESTART)) iof__compat_norestart_runs++;
   void (*m)(int) = atomic_load_explicit(&marker, memory_order_relaxed);
   if (m) m(-1);
   iof__compat_in_handler--;

@@ -19,9 +19,12 @@
  * - The pass-through pointers are resolved lazily with dlsym(RTLD_NEXT), so
  *   they work before any constructor ran (glibc's dlsym may allocate but
  *   never calls an interposed function).
- * - A child forked from a fiber steps the hook aside (all pass-through):
- *   the child's copy of the event loop shares its epoll set with the parent,
- *   so fiber waits there are meaningless; such a child should exec or exit.
+ * - A child forked from a fiber steps the hook aside: the child's copy of
+ *   the event loop shares its epoll set with the parent, so fiber waits
+ *   there are meaningless. Its calls are plain, except on fds the runtime
+ *   made non-blocking (shared with the parent), where compat emulates the
+ *   blocking call with poll; its fd bookkeeping goes on in its own copy of
+ *   compat's table.
  *
  * compat's shims are weak references: a shim compat does not provide makes
  * its interposer a plain pass-through (counted as "blocked the thread" when
@@ -124,7 +127,7 @@
     (clockid_t c, int fl, const struct timespec *r, struct timespec *m),       \
     (c, fl, r, m))                                                             \
   X(CLOSE, int, close, (int fd), (fd))                                         \
-  X(DUP1, int, dup, (int fd), (fd))                                            \
+  X(FD, int, dup, (int fd), (fd))                                              \
   X(FD, FILE *, fdopen, (int fd, const char *m), (fd, m))                      \
   X(DUP, int, dup2, (int a, int b), (a, b))                                    \
   X(DUP, int, dup3, (int a, int b, int fl), (a, b, fl))                        \
@@ -288,7 +291,6 @@ static const char *const names[H_COUNT] = {
 #define WEAK_OBJ WEAK_IO
 #define WEAK_FD WEAK_IO
 #define WEAK_DUP WEAK_IO
-#define WEAK_DUP1 WEAK_IO
 #define WEAK_CLOSE WEAK_IO
 #define WEAK_TID WEAK_IO
 #define WEAK_CNT(ret, name, params)
@@ -339,7 +341,7 @@ bool iof__hook_in_fiber(void) {
 static bool runtime_ready;
 
 #define fd_bookkeeping_of(name)                                                \
-  (iof_compat_##name && runtime_ready && !stepped_aside && !in_handler)
+  (iof_compat_##name && runtime_ready && !in_handler)
 
 /* ---- libc's own entry points ------------------------------------------ */
 
@@ -374,9 +376,7 @@ static void *real_sym(int call) {
       count(H_##name, C_PLAIN);                                                \
       /* A plain thread on an fd the runtime made non-blocking must still      \
        * block: compat emulates that (and is the plain call otherwise). */     \
-      if ((stepped_aside && !in_handler && iof_compat_##name) ||               \
-          fd_bookkeeping_of(name))                                             \
-        return iof_compat_##name args;                                         \
+      if (fd_bookkeeping_of(name)) return iof_compat_##name args;              \
     }                                                                          \
     return REAL(name) args;                                                    \
   }
@@ -394,34 +394,16 @@ static void *real_sym(int call) {
     return REAL(name) args;                                                    \
   }
 
-/* In a child forked from a fiber, an fd copied onto a standard stream
- * (dup2, dup3, or a close then dup or F_DUPFD, as GNU tar does) goes back
- * to blocking mode for the program the child execs (see fork). */
-static void restore_fd(int fd, int view_fd);
-/* In that child compat's records are the parent's: a copy's record is
- * its source's, remembered here (the child's own memory) for the restore
- * before an exec. */
-#define CHILD_COPIES 1024
-static int child_source[CHILD_COPIES]; /* source fd + 1, or 0 */
-
-/* The fd whose record tells the user's view of fd, in a stepped-aside
- * child. */
-static int view_of(int fd) {
-  return fd >= 0 && fd < CHILD_COPIES && child_source[fd] ? child_source[fd] - 1
-                                                          : fd;
-}
-
-static void restore_std_copy(int copy, int from) {
-  if (!stepped_aside || copy < 0) return;
-  if (copy < CHILD_COPIES) child_source[copy] = view_of(from) + 1;
-  if (copy <= 2 && iof_compat_fcntl && runtime_ready)
-    restore_fd(copy, view_of(from));
-}
+static void restore_fd(int fd);
 
 /* FD: fd bookkeeping (a new fd's record, close/dup waking waiters, the
  * user's O_NONBLOCK and timeouts) must see every caller, fiber or not, or a
  * reused fd number would meet a stale record. Plain only before the
- * runtime's constructor ran, in handlers and in a stepped-aside child. */
+ * runtime's constructor ran and in handlers. In a child forked from a
+ * fiber the records are the child's copy: compat keeps them there without
+ * touching the parent's waiters, so that an fd the child makes non-blocking
+ * (a PostgreSQL backend's client socket) or closes and reuses is seen as
+ * the child made it. */
 #define TO_COMPAT_IF_KEPT(name, args)                                          \
   if (fd_bookkeeping_of(name)) {                                               \
     count(H_##name, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);                 \
@@ -433,15 +415,6 @@ static void restore_std_copy(int copy, int from) {
   IOF_HOOK_API ret name params {                                               \
     TO_COMPAT_IF_KEPT(name, args);                                             \
     return REAL(name) args;                                                    \
-  }
-
-/* DUP1: dup (parameter fd) as FD. */
-#define DEF_DUP1(ret, name, params, args)                                      \
-  IOF_HOOK_API ret name params {                                               \
-    TO_COMPAT_IF_KEPT(name, args);                                             \
-    ret r_ = REAL(name) args;                                                  \
-    restore_std_copy(r_, fd);                                                  \
-    return r_;                                                                 \
   }
 
 /* The runtime's own descriptors (libev's, listed by libiofiber) are not
@@ -476,9 +449,7 @@ bool iof__rt_fd_release(int fd);
       return -1;                                                               \
     }                                                                          \
     TO_COMPAT_IF_KEPT(name, args);                                             \
-    ret r_ = REAL(name) args;                                                  \
-    if (r_ >= 0) restore_std_copy(b, a);                                       \
-    return r_;                                                                 \
+    return REAL(name) args;                                                    \
   }
 
 /* TID: calls on a thread id; a fiber thread's id (odd) means nothing to
@@ -518,9 +489,7 @@ IOF_HOOK_API int fcntl(int fd, int cmd, ...) {
     return iof_compat_fcntl(fd, cmd, arg);
   }
   count(H_fcntl, C_PLAIN);
-  int r = REAL(fcntl)(fd, cmd, arg);
-  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) restore_std_copy(r, fd);
-  return r;
+  return REAL(fcntl)(fd, cmd, arg);
 }
 
 #ifdef __LP64__
@@ -700,7 +669,7 @@ static void restore_listed(int fd, void *arg) {
   if (fstat(fd, &sb) != 0) return;
   if (f->pipes_only && !S_ISFIFO(sb.st_mode)) return;
   if (S_ISSOCK(sb.st_mode) && fd > 2 && view != CHILD_COPY) return;
-  restore_fd(fd, view_of(fd));
+  restore_fd(fd);
 }
 
 /* A process we start must see its fds as the program made them: the fds
@@ -721,10 +690,10 @@ static void restore_blocking(bool inheritable_only, bool pipes_only,
 
 /* One fd back to blocking mode when the runtime alone made it
  * non-blocking (the user's view, compat's F_GETFL, says blocking). */
-static void restore_fd(int fd, int view_fd) {
+static void restore_fd(int fd) {
   int k = REAL(fcntl)(fd, F_GETFL);
   if (k < 0 || !(k & O_NONBLOCK)) return;
-  int u = iof_compat_fcntl(view_fd, F_GETFL);
+  int u = iof_compat_fcntl(fd, F_GETFL);
   if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
 }
 
@@ -824,7 +793,7 @@ static void child_steps_aside(void) {
    * Python multiprocessing's pipes); the child's own reads and writes on
    * them still block, through compat (see DEF_IO). */
   if (iof_compat_fcntl && runtime_ready)
-    for (int fd = 0; fd <= 2; fd++) restore_fd(fd, fd);
+    for (int fd = 0; fd <= 2; fd++) restore_fd(fd);
 }
 
 /* A process made by a raw clone system call (vsftpd's sessions: clone
