@@ -195,19 +195,64 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
   return r;
 }
 
-/* glibc reports its default size for an attr whose size was never set:
- * that value means "not set" here (fiber threads then get the fiber
- * default, not 8 MiB each). */
-static size_t plain_default_stack(void) {
-  static _Atomic size_t cached;
-  size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (v) return v;
+/* glibc reports its default size (RLIMIT_STACK's, 8 MiB) for an attr
+ * whose size was never set, and that must not give every fiber thread
+ * 8 MiB; but a program may set exactly that size and need it (OpenLDAP
+ * asks for 8 MiB). glibc keeps 0 in its record until a size is set: the
+ * word that holds it is found once, by setting two sizes on a probe attr.
+ * Without it, a size equal to the default reads as "not set". */
+enum { SIZE_WORDS = sizeof(pthread_attr_t) / sizeof(size_t) };
+
+static int probe_size_word(void) {
   pthread_attr_t a;
+  size_t w[SIZE_WORDS], sizes[2] = {(size_t)1 << 20, (size_t)3 << 20};
+  bool maybe[SIZE_WORDS];
+  if (pthread_attr_init(&a) != 0) return -1;
+  memcpy(w, &a, sizeof w);
+  for (int i = 0; i < SIZE_WORDS; i++) maybe[i] = w[i] == 0;
+  for (int k = 0; k < 2; k++) {
+    if (pthread_attr_setstacksize(&a, sizes[k]) != 0) break;
+    memcpy(w, &a, sizeof w);
+    for (int i = 0; i < SIZE_WORDS; i++) maybe[i] &= w[i] == sizes[k];
+  }
+  pthread_attr_destroy(&a);
+  int found = -1;
+  for (int i = 0; i < SIZE_WORDS; i++) {
+    if (!maybe[i]) continue;
+    if (found >= 0) return -1; /* ambiguous */
+    found = i;
+  }
+  return found;
+}
+
+static size_t plain_default_stack(void) {
+  pthread_attr_t a;
+  size_t v = 0;
   if (pthread_attr_init(&a) != 0) return 1;
   if (pthread_attr_getstacksize(&a, &v) != 0 || !v) v = 1;
   pthread_attr_destroy(&a);
-  atomic_store_explicit(&cached, v, memory_order_relaxed);
   return v;
+}
+
+static pthread_once_t size_once = PTHREAD_ONCE_INIT;
+static int size_word;
+static size_t size_default;
+
+static void probe_sizes(void) {
+  size_word = probe_size_word();
+  size_default = plain_default_stack();
+}
+
+/* The stack size attr asks for, or 0 when it never set one. */
+static size_t attr_stack(const pthread_attr_t *attr) {
+  iof__libc.pthread_once(&size_once, probe_sizes);
+  size_t s = 0;
+  if (size_word >= 0) {
+    memcpy(&s, (const char *)attr + (size_t)size_word * sizeof s, sizeof s);
+    return s;
+  }
+  if (pthread_attr_getstacksize(attr, &s) != 0 || s == size_default) return 0;
+  return s;
 }
 
 int iof_compat_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
@@ -220,13 +265,12 @@ int iof_compat_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
   size_t stack = iof__compat_thread_stack();
   int det = PTHREAD_CREATE_JOINABLE;
   if (attr) {
-    size_t s;
-    if (pthread_attr_getstacksize(attr, &s) == 0 && s != plain_default_stack())
-      stack = s;
+    size_t s = attr_stack(attr);
+    if (s) stack = s;
     if (pthread_attr_getdetachstate(attr, &det) != 0) return EINVAL;
   }
   if (stack < IOF_FIBER_STACK_MIN) stack = IOF_FIBER_STACK_MIN;
-  if (stack > IOF_FIBER_STACK_MAX) return EINVAL;
+  if (stack > IOF_FIBER_STACK_MAX) return EAGAIN; /* as mmap would fail */
   int r =
       iof__cthread_start(iof__compat_pick_executor(self), stack,
                          det == PTHREAD_CREATE_DETACHED, fn, arg, NULL, thread);

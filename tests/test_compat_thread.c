@@ -689,6 +689,47 @@ static void *big_stack(void *arg) {
   return (void *)(uintptr_t)buf[4096];
 }
 
+static void *own_stack(void *arg) {
+  (void)arg;
+  pthread_attr_t a;
+  size_t sz = 0;
+  if (iof_compat_pthread_getattr_np(iof_compat_pthread_self(), &a) != 0)
+    return NULL;
+  pthread_attr_getstacksize(&a, &sz);
+  pthread_attr_destroy(&a);
+  return (void *)(uintptr_t)sz;
+}
+
+/* A size the attr was given is honoured even when it equals glibc's
+ * default (OpenLDAP sets 8 MiB); an attr with no size gives the fiber
+ * default; a size no stack can have fails as mmap would. */
+static int stack_sizes_main(void *arg) {
+  (void)arg;
+  pthread_attr_t a;
+  pthread_t t;
+  void *r = NULL;
+  size_t dflt = 0;
+  pthread_attr_init(&a);
+  pthread_attr_getstacksize(&a, &dflt);
+  CHECK(iof_compat_pthread_create(&t, &a, own_stack, NULL) == 0);
+  CHECK(iof_compat_pthread_join(t, &r) == 0);
+  CHECK((size_t)(uintptr_t)r == IOF_FIBER_STACK_DEFAULT);
+  CHECK(pthread_attr_setstacksize(&a, dflt) == 0);
+  CHECK(iof_compat_pthread_create(&t, &a, own_stack, NULL) == 0);
+  CHECK(iof_compat_pthread_join(t, &r) == 0);
+  CHECK((size_t)(uintptr_t)r == dflt);
+  CHECK(pthread_attr_setstacksize(&a, IOF_FIBER_STACK_MAX * 2) == 0);
+  CHECK(iof_compat_pthread_create(&t, &a, own_stack, NULL) == EAGAIN);
+  pthread_attr_destroy(&a);
+  return 7;
+}
+
+static void test_stack_sizes(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(stack_sizes_main, NULL), 7);
+  assert_no_failures();
+}
+
 static int threads_main(void *arg) {
   (void)arg;
   pthread_t t, t2;
@@ -1276,6 +1317,7 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_keys, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stack_sizes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unjoined_threads_free_stacks, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_main_pthread_exit, setup, teardown),
