@@ -19,6 +19,10 @@ static struct {
   atomic_int busy;
   unsigned n;
   iof_io_context **io;
+  /* The extra io threads. Here, not on iof_main_ex's stack: main may call
+   * exit from its fiber, and a leak checker scans globals, not the stack
+   * the OS thread left for the fiber's. */
+  pthread_t *tid;
   _Atomic unsigned rr;
   /* main's end */
   atomic_int main_state; /* 0 running, 1 returned, 2 pthread_exit */
@@ -119,8 +123,11 @@ static void *worker(void *p) {
 static unsigned pick_threads(const iof_main_opts *opts) {
   unsigned long n = opts && opts->threads ? opts->threads : 0;
   if (!n) {
+    /* Digits only: strtoul would read "-1" as the largest count. */
     const char *s = getenv("IOF_THREADS");
-    n = s ? strtoul(s, NULL, 10) : 1;
+    char *end = NULL;
+    n = s && *s >= '0' && *s <= '9' ? strtoul(s, &end, 10) : 1;
+    if (end && *end) n = 1;
   }
   if (n < 1) n = 1;
   return n > THREADS_MAX ? THREADS_MAX : (unsigned)n;
@@ -144,7 +151,7 @@ int iof_main_ex(iof_fn fn, void *arg, const iof_main_opts *opts) {
                                                     : MAIN_STACK_DEFAULT;
   unsigned n = pick_threads(opts);
   int r = 0;
-  pthread_t *tid = calloc(n, sizeof *tid);
+  pthread_t *tid = G.tid = calloc(n, sizeof *tid);
   G.io = calloc(n, sizeof *G.io);
   G.n = 0;
   if (!tid || !G.io) {
@@ -180,6 +187,7 @@ int iof_main_ex(iof_fn fn, void *arg, const iof_main_opts *opts) {
      * they stay; the caller is about to exit. */
     iof__cthread_set_idle_hook(NULL);
     free(tid);
+    G.tid = NULL;
     atomic_store(&G.busy, 0);
     return r;
   }
@@ -190,6 +198,7 @@ out:
   G.io = NULL;
   G.n = 0;
   free(tid);
+  G.tid = NULL;
   atomic_store(&G.busy, 0);
   return r;
 }

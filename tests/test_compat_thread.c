@@ -1028,6 +1028,9 @@ static void test_main_exit_paths(void **state) {
   assert_int_equal(child_status("leaves_thread", NULL), 5);
   assert_int_equal(child_status("env_threads", "2"), 9);
   assert_int_equal(child_status("env_threads", "1"), 8);
+  /* not a count: one io thread (strtoul read "-1" as 1,024 of them) */
+  assert_int_equal(child_status("env_threads", "-1"), 8);
+  assert_int_equal(child_status("env_threads", "2x"), 8);
 }
 
 /* ---- semaphores and barriers ------------------------------------------ */
