@@ -481,14 +481,16 @@ int iof_compat_close(int fd) {
 }
 
 FILE *iof_compat_fdopen(int fd, const char *mode) {
-  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  /* The stream first: a refused mode leaves the fd as it was. */
+  FILE *f = iof__libc.fdopen(fd, mode);
+  iof__fd_slot *s = f ? iof__fd_slot_peek(fd) : NULL;
   unsigned st = s ? atomic_load(&s->flags) : 0;
   if (st & IOF__FD_RT_NB) {
     int fl = iof__libc.fcntl(fd, F_GETFL);
     if (fl >= 0 && iof__libc.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
       atomic_store(&s->flags, (st & ~(unsigned)IOF__FD_RT_NB) | IOF__FD_PASS);
   }
-  return iof__libc.fdopen(fd, mode);
+  return f;
 }
 
 /* A new copy of from: its record, and in a child forked by a fiber, a
@@ -635,9 +637,12 @@ int iof_compat_ioctl(int fd, unsigned long req, ...) {
   va_start(ap, req);
   void *arg = va_arg(ap, void *);
   va_end(ap);
-  if (req == FIONBIO && arg)
+  int r = iof__libc.ioctl(fd, req, arg);
+  /* The kernel read the flag (a bad pointer or fd failed above): now the
+   * record, and the real mode the runtime needs. */
+  if (r == 0 && req == FIONBIO)
     return set_user_nb(fd, *(int *)arg != 0, apply_fionbio, NULL);
-  return iof__libc.ioctl(fd, req, arg);
+  return r;
 }
 
 int iof_compat_setsockopt(int fd, int level, int name, const void *val,

@@ -147,9 +147,10 @@ static long check_waitid(void *p) {
 
 int iof_compat_waitid(idtype_t type, id_t id, siginfo_t *info, int options) {
   iof_fiber *f = iof__compat_fiber();
-  if (!f || (options & WNOHANG) || !info)
+  if (!f || (options & WNOHANG))
     return iof__libc.waitid(type, id, info, options);
-  waitid_args a = {type, id, info, options};
+  siginfo_t local; /* Linux takes a NULL info */
+  waitid_args a = {type, id, info ? info : &local, options};
   long r = wait_loop(f, type, id, options, check_waitid, &a);
   return r < 0 ? -1 : 0;
 }
