@@ -475,7 +475,17 @@ ssize_t iof_compat_vmsplice(int fd, const struct iovec *iov, size_t cnt,
 
 /* ---- fd bookkeeping ---------------------------------------------------- */
 
+/* The runtime's own descriptors (libev's, io/runtime_fds.c) are not the
+ * program's to close or replace (a daemon's loop closing every fd above
+ * 2): as if not open. */
+static bool runtime_fd(int fd) {
+  if (!iof__rt_fd_owned(fd)) return false;
+  errno = EBADF;
+  return true;
+}
+
 int iof_compat_close(int fd) {
+  if (runtime_fd(fd)) return -1;
   iof__fd_reset(fd, 0);
   return iof__libc.close(fd);
 }
@@ -511,6 +521,11 @@ int iof_compat_dup(int fd) {
  * reset (a failed call leaves fd2 open, its waiters must keep waiting). */
 static bool dup_ok(int fd, int fd2) {
   if (fd2 < 0 || iof__libc.fcntl(fd, F_GETFD) < 0) {
+    errno = EBADF;
+    return false;
+  }
+  /* ev_guard's reserved pair gives way (the runtime takes another). */
+  if (iof__rt_fd_owned(fd2) && !iof__rt_fd_release(fd2)) {
     errno = EBADF;
     return false;
   }

@@ -349,6 +349,8 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
   }
   pthread_mutex_init(&io->rlock, NULL);
   ev_async_init(&io->wake, wake_cb);
+  io->rt_fds[0] = io->rt_fds[1] = -1;
+  int wake_fd = own ? iof__rt_fd_lowest_free() : -1;
   if (own) iof__rt_fd_enter(); /* libev may make its eventfd here */
   ev_async_start(loop, &io->wake);
   if (own) iof__rt_fd_leave(); /* a host's loop keeps its fds its own */
@@ -364,6 +366,8 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
     errno = se == ENFILE ? ENFILE : EMFILE;
     return NULL;
   }
+  /* Listed unless the hook moved and listed it already. */
+  if (own) io->rt_fds[1] = iof__rt_fd_claim(wake_fd, IOF__RT_WAKEUP);
   ev_idle_init(&io->idle, idle_cb);
   ev_timer_init(&io->deadline, deadline_cb, 0., 0.);
   if (!own) {
@@ -390,6 +394,7 @@ iof_io_context *iof_io_context_create(void) {
     return NULL;
   }
   errno = 0;
+  int epoll_fd = iof__rt_fd_lowest_free(); /* where libev's will go */
   iof__rt_fd_enter();
   struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
   iof__rt_fd_leave();
@@ -400,6 +405,7 @@ iof_io_context *iof_io_context_create(void) {
   }
   iof_io_context *io = make(loop, true);
   if (!io) destroy_loop(loop);
+  if (io) io->rt_fds[0] = iof__rt_fd_claim(epoll_fd, IOF__RT_EPOLL);
   return io;
 }
 
@@ -610,6 +616,9 @@ int iof_io_context_destroy(iof_io_context *io) {
     sched_yield();
   ev_async_stop(io->loop, &io->wake);
   if (io->own_loop) destroy_loop(io->loop);
+  /* Closed by libev: the numbers are free for the program again. */
+  for (int i = 0; i < 2; i++)
+    if (io->rt_fds[i] >= 0) iof__rt_fd_forget(io->rt_fds[i]);
   pthread_mutex_destroy(&io->rlock);
   free(io);
   return 0;

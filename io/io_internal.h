@@ -55,6 +55,7 @@ struct iof_io_context {
   struct iof_socket *sockets;  /* open sockets, closed at destroy */
   bool waits_cancelled;        /* shutdown: the sockets' waiters were failed
                                   (io's thread) */
+  int rt_fds[2]; /* an owned loop's epoll fd and wake-up fd, listed */
 };
 
 /* The io_context behind an execution context, or NULL. */
@@ -269,6 +270,14 @@ IOF_API int iof__rt_fd_next(int from);
 /* A listed fd the program may have after all (ev_guard's reserved pair:
  * closed, to be taken again later): true once it is free. */
 IOF_API bool iof__rt_fd_release(int fd);
+/* Without the hook nothing moves libev's descriptors: these name them
+ * where they are. lowest_free: the lowest unused number, or -1 (where the
+ * kernel puts the next one); claim: lists fd if it is now open, unlisted,
+ * and of the kind libev makes (IOF__RT_EPOLL: an epoll instance;
+ * IOF__RT_WAKEUP: an eventfd or a pipe), returning fd, else -1. */
+enum { IOF__RT_EPOLL, IOF__RT_WAKEUP };
+IOF_HIDDEN int iof__rt_fd_lowest_free(void);
+IOF_HIDDEN int iof__rt_fd_claim(int fd, int kind);
 
 /* Fails every fiber waiting on a socket of io with -ECANCELED: io's
  * shutdown, on io's thread (or while nobody runs io). */

@@ -15,14 +15,20 @@
  * eventfd, signalfd and timerfd_create, moves and lists what they return
  * while the bracket is open on the calling thread, and lets libev's own
  * close of a listed fd through (and unlists it) only then. Without the
- * hook nothing interposes and only ev_guard's pair is listed. */
+ * hook nothing interposes: libev's descriptors stay where the kernel put
+ * them, and the runtime lists the ones it can name (an owned loop's epoll
+ * fd and its wake-up eventfd), so that compat's close and dup2 (the header
+ * swap) leave them alone too. */
 #include "io/io_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* One bit per fd number below RT_FD_LIMIT (8 KiB): close asks on every
@@ -102,4 +108,31 @@ int iof__rt_fd_next(int from) {
     if (m) return w * WORD_BITS + __builtin_ctzl(m);
   }
   return -1;
+}
+
+int iof__rt_fd_lowest_free(void) {
+  int fd = fcntl(2, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) fd = fcntl(0, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int e = errno;
+  close(fd);
+  errno = e;
+  return fd;
+}
+
+int iof__rt_fd_claim(int fd, int kind) {
+  if (fd < 0 || iof__rt_fd_owned(fd)) return -1;
+  int e = errno;
+  char path[40], link[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, link, sizeof link - 1);
+  errno = e;
+  if (n <= 0) return -1;
+  link[n] = 0;
+  bool ok = kind == IOF__RT_EPOLL ? !strcmp(link, "anon_inode:[eventpoll]")
+                                  : !strcmp(link, "anon_inode:[eventfd]") ||
+                                        !strncmp(link, "pipe:", 5);
+  if (!ok) return -1;
+  iof__rt_fd_list(fd);
+  return fd;
 }
