@@ -24,7 +24,7 @@
 struct iof__cthread {
   void *(*fn)(void *);
   void *arg;
-  void *ret;
+  void *ret;        /* before it runs: a name given meanwhile (malloc'd) */
   jmp_buf *exit_to; /* on the fiber's stack while it runs */
   iof_fiber *fiber; /* while it runs (under lk) */
   size_t stack;
@@ -61,6 +61,11 @@ static int thread_main(void *p) {
   jmp_buf jb;
   iof__lk_lock(&t->lk);
   t->fiber = iof__cthr_fiber();
+  if (t->ret) { /* named before it ran */
+    iof_fiber_set_name(t->fiber, t->ret);
+    free(t->ret);
+    t->ret = NULL;
+  }
   iof__lk_unlock(&t->lk);
   iof__sigmask_host_enter(atomic_load(&t->sigmask));
   t->exit_to = &jb;
@@ -373,10 +378,23 @@ int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
   if (!name) return EINVAL; /* glibc would strlen(NULL) */
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_setname_np(thread, name);
-  if (strlen(name) > 15) return ERANGE;
+  size_t n = strlen(name);
+  if (n > 15) return ERANGE;
+  /* Not running yet (named right after pthread_create): kept until it
+   * runs. */
+  char *early = malloc(n + 1);
+  if (!early) return ENOMEM;
+  memcpy(early, name, n + 1);
   iof__lk_lock(&t->lk);
-  if (t->fiber) iof_fiber_set_name(t->fiber, name);
+  if (t->fiber) {
+    iof_fiber_set_name(t->fiber, name);
+  } else if (!t->done) {
+    char *old = t->ret;
+    t->ret = early;
+    early = old;
+  }
   iof__lk_unlock(&t->lk);
+  free(early);
   return 0;
 }
 
@@ -385,7 +403,9 @@ int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_getname_np(thread, buf, len);
   iof__lk_lock(&t->lk);
-  const char *n = t->fiber ? iof_fiber_name(t->fiber) : "";
+  const char *n = t->fiber             ? iof_fiber_name(t->fiber)
+                  : !t->done && t->ret ? (const char *)t->ret
+                                       : "";
   size_t l = strlen(n);
   int r = l < len ? 0 : ERANGE;
   if (!r) memcpy(buf, n, l + 1);

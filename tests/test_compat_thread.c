@@ -730,6 +730,13 @@ static void test_stack_sizes(void **state) {
   assert_no_failures();
 }
 
+static void *named_fn(void *arg) {
+  (void)arg;
+  char nm[16] = "";
+  iof_compat_pthread_getname_np(iof_compat_pthread_self(), nm, sizeof nm);
+  return (void *)(uintptr_t)(strcmp(nm, "worker-1") == 0);
+}
+
 static int threads_main(void *arg) {
   (void)arg;
   pthread_t t, t2;
@@ -752,6 +759,14 @@ static int threads_main(void *arg) {
   CHECK(iof_compat_pthread_join(t, NULL) == 0);
   CHECK(iof_compat_pthread_equal(t, t2));
   CHECK(!iof_compat_pthread_equal(t, iof_compat_pthread_self()));
+  /* named before it ever ran (the usual idiom right after create) */
+  CHECK(iof_compat_pthread_create(&t, NULL, named_fn, NULL) == 0);
+  CHECK(iof_compat_pthread_setname_np(t, "worker-0") == 0);
+  CHECK(iof_compat_pthread_setname_np(t, "worker-1") == 0);
+  char nm[16] = "";
+  CHECK(iof_compat_pthread_getname_np(t, nm, sizeof nm) == 0);
+  CHECK(strcmp(nm, "worker-1") == 0);
+  CHECK(iof_compat_pthread_join(t, &r) == 0 && r == (void *)1);
   /* stack size from the attr */
   pthread_attr_init(&a);
   pthread_attr_setstacksize(&a, 1024 * 1024);
