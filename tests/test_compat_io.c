@@ -13,6 +13,7 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -930,6 +931,74 @@ static void test_errqueue_never_waits(void **s) {
   both_ways(sc_errqueue, NULL);
 }
 
+/* A plain thread's recv on a socket a fiber used (the runtime made it
+ * non-blocking, compat emulates the blocking call): a handler ends it with
+ * EINTR where the kernel would, i.e. one without SA_RESTART; after an
+ * SA_RESTART one it goes on and gets the data. */
+static int sv_eintr[2];
+static void on_usr1(int sig) {
+  (void)sig;
+}
+
+static int fiber_takes_socket(void *arg) {
+  (void)arg;
+  char c;
+  CHECK(iof_compat_send(sv_eintr[1], "p", 1, 0) == 1);
+  CHECK(iof_compat_recv(sv_eintr[0], &c, 1, 0) == 1);
+  return 0;
+}
+
+typedef struct eintr_run {
+  ssize_t r;
+  int err;
+  int64_t took_ns;
+} eintr_run;
+
+static void *plain_reader(void *arg) {
+  eintr_run *e = arg;
+  char c;
+  int64_t t0 = iof_test_now_ns();
+  errno = 0;
+  e->r = iof_compat_recv(sv_eintr[0], &c, 1, 0);
+  e->err = errno;
+  e->took_ns = iof_test_now_ns() - t0;
+  return NULL;
+}
+
+static eintr_run read_with_signal(int sa_flags) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sa.sa_flags = sa_flags;
+  assert_int_equal(iof_compat_sigaction(SIGUSR1, &sa, NULL), 0);
+  eintr_run e = {0, 0, 0};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, plain_reader, &e), 0);
+  usleep(100 * 1000);
+  assert_int_equal(pthread_kill(t, SIGUSR1), 0);
+  usleep(200 * 1000);
+  if (sa_flags & SA_RESTART) assert_int_equal(write(sv_eintr[1], "d", 1), 1);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  signal(SIGUSR1, SIG_DFL);
+  return e;
+}
+
+static void test_plain_thread_eintr(void **s) {
+  (void)s;
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv_eintr), 0);
+  assert_int_equal(in_fiber(fiber_takes_socket, NULL), 0);
+  assert_no_failures();
+  eintr_run e = read_with_signal(0);
+  assert_int_equal(e.r, -1);
+  assert_int_equal(e.err, EINTR);
+  assert_true(e.took_ns < 250 * MS);
+  e = read_with_signal(SA_RESTART);
+  assert_int_equal(e.r, 1);
+  assert_true(e.took_ns >= 250 * MS);
+  iof_compat_close(sv_eintr[0]);
+  iof_compat_close(sv_eintr[1]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -953,6 +1022,7 @@ int main(void) {
       T(test_close_from_thread),
       T(test_pool_fiber_read_and_close),
       T(test_errqueue_never_waits),
+      T(test_plain_thread_eintr),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
