@@ -41,39 +41,66 @@ static int child_fd(idtype_t type, id_t id, int options) {
   return -1;
 }
 
-/* One wait between two checks: 0 (check again) or -errno. */
-static int wait_between(iof_fiber *f, int pfd, int64_t *pause_ns) {
+/* The check: the call with WNOHANG, > 0 (or < 0 with errno) when it has
+ * an answer, 0 when the child is still running. */
+typedef struct wait_check {
+  long (*fn)(void *);
+  void *arg;
+  long answer;
+  int err;
+} wait_check;
+
+/* The kernel reaps for a blocked waitpid before a handler runs on the way
+ * out, so a SIGCHLD handler that reaps with waitpid(-1, WNOHANG) finds
+ * nothing: the check comes before the handlers a wait defers (main's).
+ * Returns true with c->answer set when it answered. */
+static bool check_before_handlers(bool reg, int r, wait_check *c) {
+  if (r != 0 && r != -ETIMEDOUT && r != -EINTR) return false;
+  long a = c->fn(c->arg);
+  if (a == 0) return false;
+  c->answer = a;
+  c->err = errno;
+  (void)iof__compat_intr_leave(reg, 0);
+  return true;
+}
+
+/* One wait between two checks: 0 (check again), 1 (c answered) or
+ * -errno. */
+static int wait_between(iof_fiber *f, int pfd, int64_t *pause_ns,
+                        wait_check *c) {
   iof_io_context *io = iof__compat_io(f);
+  int r;
   if (pfd >= 0) {
     iof__fd_wait fw = {0};
     fw.fd = pfd;
     fw.events = EV_READ;
     bool reg = iof__compat_intr_enter(f, &fw.op, true);
-    int r = iof__compat_intr_leave(
-        reg, iof__fd_wait_run(&fw, io, iof__now_ns() + *pause_ns));
+    r = iof__fd_wait_run(&fw, io, iof__now_ns() + *pause_ns);
+    if (check_before_handlers(reg, r, c)) return 1;
+    r = iof__compat_intr_leave(reg, r);
     if (*pause_ns < PIDFD_PAUSE_MAX_NS) *pause_ns *= 2;
-    return r == -ETIMEDOUT ? 0 : r;
+  } else {
+    iof_io_op op;
+    iof__io_op_init(&op, io, NULL, NULL, NULL);
+    bool reg = iof__compat_intr_enter(f, &op, true);
+    r = iof__io_wait(&op, iof__now_ns() + *pause_ns);
+    if (check_before_handlers(reg, r, c)) return 1;
+    r = iof__compat_intr_leave(reg, r);
+    if (*pause_ns < PAUSE_MAX_NS) *pause_ns *= 2;
   }
-  iof_io_op op;
-  iof__io_op_init(&op, io, NULL, NULL, NULL);
-  bool reg = iof__compat_intr_enter(f, &op, true);
-  int r =
-      iof__compat_intr_leave(reg, iof__io_wait(&op, iof__now_ns() + *pause_ns));
-  if (*pause_ns < PAUSE_MAX_NS) *pause_ns *= 2;
   return r == -ETIMEDOUT ? 0 : r;
 }
 
-/* The loop shared by the four calls: check(arg) is the call with WNOHANG,
- * > 0 (or < 0 with errno) when it has an answer, 0 when the child is still
- * running. */
+/* The loop shared by the four calls. */
 static long wait_loop(iof_fiber *f, idtype_t type, id_t id, int options,
                       long (*check)(void *), void *arg) {
   int saved = errno;
   int pfd = -1;
   bool opened = false;
   int64_t pause_ns = PAUSE_MIN_NS;
+  wait_check c = {check, arg, 0, 0};
+  long r = check(arg);
   for (;;) {
-    long r = check(arg);
     if (r != 0) {
       int e = errno;
       if (pfd >= 0) iof__libc.close(pfd);
@@ -84,12 +111,18 @@ static long wait_loop(iof_fiber *f, idtype_t type, id_t id, int options,
       opened = true;
       pfd = child_fd(type, id, options);
     }
-    int w = wait_between(f, pfd, &pause_ns);
+    int w = wait_between(f, pfd, &pause_ns, &c);
+    if (w == 1) {
+      r = c.answer;
+      errno = c.err;
+      continue;
+    }
     if (w < 0) {
       if (pfd >= 0) iof__libc.close(pfd);
       errno = -w;
       return -1;
     }
+    r = check(arg);
   }
 }
 
@@ -157,9 +190,10 @@ int iof_compat_waitid(idtype_t type, id_t id, siginfo_t *info, int options) {
 
 /* system(3) in a fiber: /bin/sh -c cmd started with posix_spawn and waited
  * for by the fiber. As glibc's, the caller ignores SIGINT and SIGQUIT
- * while any system() runs (counted: the first call sets, the last restores)
- * and the child gets their defaults and the caller's mask. SIGCHLD is not
- * blocked: it is process-wide here, and the wait does not rely on it. */
+ * while any system() runs (counted: the first call sets, the last restores),
+ * blocks SIGCHLD in its own mask while it waits (a program's SIGCHLD
+ * handler must not reap the shell), and the child gets their defaults and
+ * the caller's mask. */
 static atomic_int sys_running;
 static struct sigaction sys_saved_int, sys_saved_quit;
 static atomic_flag sys_lock = ATOMIC_FLAG_INIT;
@@ -198,6 +232,10 @@ int iof_compat_system(const char *cmd) {
   posix_spawnattr_setsigmask(&at, &mask);
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+  sigset_t chld, before;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  (void)iof_compat_pthread_sigmask(SIG_BLOCK, &chld, &before);
   sys_ignore(true);
   pid_t pid;
   int e = iof__libc.posix_spawn(&pid, "/bin/sh", NULL, &at, argv, environ);
@@ -213,7 +251,9 @@ int iof_compat_system(const char *cmd) {
     status = 127 << 8; /* the shell could not run, as glibc reports it */
   }
   sys_ignore(false);
-  errno = status == -1 ? errno : saved;
+  int e2 = errno;
+  (void)iof_compat_pthread_sigmask(SIG_SETMASK, &before, NULL);
+  errno = status == -1 ? e2 : saved;
   return status;
 }
 
