@@ -92,9 +92,23 @@ static void ep_close(int ep) {
   iof__libc.close(ep);
 }
 
+/* The throwaway fds a wait holds, closed if its fiber thread exits
+ * during the wait (cancelled). */
+static void close_held(void *p) {
+  int **held = p;
+  ep_close(*held[0]);
+  ep_close(*held[1]);
+}
+
+#define HOLD_FDS()                                                             \
+  int *held[2] = {&ep, &sfd};                                                  \
+  iof__unwind g;                                                               \
+  (void)iof__cthread_guard_push(&g, close_held, held)
+
 /* Ends a fiber wait: the kernel's answer (r >= 0 or -1 with its errno),
  * or a wait failure as -1 + errno; errno at entry kept otherwise. */
-static int finish(int ep, int sfd, int r, int werr, int saved) {
+static int finish(iof__unwind *g, int ep, int sfd, int r, int werr, int saved) {
+  iof__cthread_guard_pop(g);
   int e = errno;
   ep_close(ep);
   ep_close(sfd);
@@ -146,6 +160,7 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
   }
   int saved = errno;
   int ep = -1, sfd = -1;
+  HOLD_FDS();
   bool built = false;
   int single = n == 1 && fds[0].fd >= 0 ? single_events(fds[0].events) : 0;
   bool waited = false;
@@ -154,10 +169,10 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
                  : iof__libc.poll(fds, n, 0);
     if (r != 0) {
       if (!built && !waited) returned_at_once(r);
-      return finish(ep, sfd, r, 0, saved);
+      return finish(&g, ep, sfd, r, 0, saved);
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
-      return finish(ep, sfd, 0, 0, saved);
+      return finish(&g, ep, sfd, 0, 0, saved);
     int w;
     if (!waited && mask && (sfd = iof__compat_admit_fd(mask)) >= 0) single = 0;
     if (single) {
@@ -183,15 +198,15 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
     if (w == -ETIMEDOUT) {
       r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
                : iof__libc.poll(fds, n, 0);
-      return finish(ep, sfd, r, 0, saved);
+      return finish(&g, ep, sfd, r, 0, saved);
     }
     if (w == -EBADF && single) {
       /* Closed by another fiber: what poll says of a closed number,
        * without asking about whatever file took the number since. */
       fds[0].revents = POLLNVAL;
-      return finish(ep, sfd, 1, 0, saved);
+      return finish(&g, ep, sfd, 1, 0, saved);
     }
-    if (w < 0 && w != -EBADF) return finish(ep, sfd, -1, -w, saved);
+    if (w < 0 && w != -EBADF) return finish(&g, ep, sfd, -1, -w, saved);
   }
 }
 
@@ -220,10 +235,10 @@ int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
   if (!iof__compat_fiber() || (timeout && !ts_valid(timeout)) ||
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.ppoll(fds, n, timeout, mask);
-  uint64_t saved;
-  _Atomic uint64_t *m = iof__sigmask_wait_begin(mask, &saved);
+  iof__sigmask_hold h;
+  iof__sigmask_hold_begin(&h, mask);
   int r = poll_fiber(fds, n, deadline_ts(timeout), mask);
-  iof__sigmask_wait_end(m, saved);
+  iof__sigmask_hold_release(&h);
   return r;
 }
 
@@ -237,6 +252,7 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
   if (wr) w0 = *wr;
   if (ex) e0 = *ex;
   int ep = -1, sfd = -1;
+  HOLD_FDS();
   bool built = false;
   for (;;) {
     if (rd) *rd = r0;
@@ -245,10 +261,10 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     int r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
     if (r != 0) {
       if (!built) returned_at_once(r);
-      return finish(ep, sfd, r, 0, saved);
+      return finish(&g, ep, sfd, r, 0, saved);
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
-      return finish(ep, sfd, 0, 0, saved);
+      return finish(&g, ep, sfd, 0, 0, saved);
     if (!built) {
       built = true;
       sfd = iof__compat_admit_fd(mask);
@@ -274,9 +290,9 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
       if (wr) *wr = w0;
       if (ex) *ex = e0;
       r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
-      return finish(ep, sfd, r, 0, saved);
+      return finish(&g, ep, sfd, r, 0, saved);
     }
-    if (w < 0) return finish(ep, sfd, -1, -w, saved);
+    if (w < 0) return finish(&g, ep, sfd, -1, -w, saved);
   }
 }
 
@@ -319,10 +335,10 @@ int iof_compat_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
       (timeout && !ts_valid(timeout)) ||
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.pselect(nfds, rd, wr, ex, timeout, mask);
-  uint64_t saved;
-  _Atomic uint64_t *m = iof__sigmask_wait_begin(mask, &saved);
+  iof__sigmask_hold h;
+  iof__sigmask_hold_begin(&h, mask);
   int r = select_fiber(nfds, rd, wr, ex, deadline_ts(timeout), mask);
-  iof__sigmask_wait_end(m, saved);
+  iof__sigmask_hold_release(&h);
   return r;
 }
 
@@ -331,18 +347,19 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
   int saved = errno;
   bool waited = false;
   int ep = -1, sfd = -1; /* with a masked call's signalfd: both in ep */
+  HOLD_FDS();
   for (;;) {
     /* epoll_pwait with a zero timeout returns before it looks for signals:
      * one its mask lets in is delivered by a ppoll of nothing. */
     if (sfd >= 0 && iof__libc.ppoll(NULL, 0, &zero_ts, mask) < 0)
-      return finish(ep, sfd, -1, 0, saved);
+      return finish(&g, ep, sfd, -1, 0, saved);
     int r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
     if (r != 0) {
       if (!waited) returned_at_once(r);
-      return finish(ep, sfd, r, 0, saved);
+      return finish(&g, ep, sfd, r, 0, saved);
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
-      return finish(ep, sfd, 0, 0, saved);
+      return finish(&g, ep, sfd, 0, 0, saved);
     if (!waited && (sfd = iof__compat_admit_fd(mask)) >= 0) {
       ep = epoll_create1(EPOLL_CLOEXEC);
       if (ep >= 0 &&
@@ -356,11 +373,11 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
     busy_streak = 0;
     if (w == -ETIMEDOUT) {
       r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
-      return finish(ep, sfd, r, 0, saved);
+      return finish(&g, ep, sfd, r, 0, saved);
     }
     if (w == -EBADF && ep < 0) /* epfd closed by another fiber */
-      return finish(ep, sfd, -1, EBADF, saved);
-    if (w < 0 && w != -EBADF) return finish(ep, sfd, -1, -w, saved);
+      return finish(&g, ep, sfd, -1, EBADF, saved);
+    if (w < 0 && w != -EBADF) return finish(&g, ep, sfd, -1, -w, saved);
   }
 }
 
@@ -380,9 +397,9 @@ int iof_compat_epoll_pwait(int epfd, struct epoll_event *events, int max,
                            int timeout_ms, const sigset_t *mask) {
   if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.epoll_pwait(epfd, events, max, timeout_ms, mask);
-  uint64_t saved;
-  _Atomic uint64_t *m = iof__sigmask_wait_begin(mask, &saved);
+  iof__sigmask_hold h;
+  iof__sigmask_hold_begin(&h, mask);
   int r = epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), mask);
-  iof__sigmask_wait_end(m, saved);
+  iof__sigmask_hold_release(&h);
   return r;
 }

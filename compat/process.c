@@ -91,6 +91,10 @@ static int wait_between(iof_fiber *f, int pfd, int64_t *pause_ns,
   return r == -ETIMEDOUT ? 0 : r;
 }
 
+static void close_pidfd(void *fd) {
+  if (*(int *)fd >= 0) iof__libc.close(*(int *)fd);
+}
+
 /* The loop shared by the four calls. */
 static long wait_loop(iof_fiber *f, idtype_t type, id_t id, int options,
                       long (*check)(void *), void *arg) {
@@ -98,11 +102,14 @@ static long wait_loop(iof_fiber *f, idtype_t type, id_t id, int options,
   int pfd = -1;
   bool opened = false;
   int64_t pause_ns = PAUSE_MIN_NS;
+  iof__unwind g; /* pfd closed if the thread exits (cancelled) meanwhile */
+  (void)iof__cthread_guard_push(&g, close_pidfd, &pfd);
   wait_check c = {check, arg, 0, 0};
   long r = check(arg);
   for (;;) {
     if (r != 0) {
       int e = errno;
+      iof__cthread_guard_pop(&g);
       if (pfd >= 0) iof__libc.close(pfd);
       errno = r < 0 ? e : saved;
       return r;
@@ -118,6 +125,7 @@ static long wait_loop(iof_fiber *f, idtype_t type, id_t id, int options,
       continue;
     }
     if (w < 0) {
+      iof__cthread_guard_pop(&g);
       if (pfd >= 0) iof__libc.close(pfd);
       errno = -w;
       return -1;

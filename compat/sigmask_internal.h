@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "compat/thread_internal.h"
 #include "fiber/fiber_internal.h"
 
 IOF_HIDDEN uint64_t iof__sigset_bits(const sigset_t *set);
@@ -43,6 +44,31 @@ IOF_HIDDEN void iof__sigmask_restore(uint64_t bits);
 IOF_HIDDEN _Atomic uint64_t *iof__sigmask_wait_begin(const sigset_t *mask,
                                                      uint64_t *saved);
 IOF_HIDDEN void iof__sigmask_wait_end(_Atomic uint64_t *m, uint64_t saved);
+
+/* wait_begin/end whose mask also goes back if the fiber thread exits
+ * during the wait (cancelled: thread_internal.h's cleanup chain). */
+typedef struct iof__sigmask_hold {
+  _Atomic uint64_t *m;
+  uint64_t saved;
+  iof__unwind u;
+} iof__sigmask_hold;
+
+static inline void iof__sigmask_hold_end(void *p) {
+  iof__sigmask_hold *h = p;
+  iof__sigmask_wait_end(h->m, h->saved);
+}
+
+static inline void iof__sigmask_hold_begin(iof__sigmask_hold *h,
+                                           const sigset_t *mask) {
+  h->m = iof__sigmask_wait_begin(mask, &h->saved);
+  if (h->m) (void)iof__cthread_guard_push(&h->u, iof__sigmask_hold_end, h);
+}
+
+static inline void iof__sigmask_hold_release(iof__sigmask_hold *h) {
+  if (!h->m) return;
+  iof__cthread_guard_pop(&h->u);
+  iof__sigmask_wait_end(h->m, h->saved);
+}
 
 /* For libiofiber-hook, around a call that starts a program from this
  * thread without running our code in the child (exec, posix_spawn,

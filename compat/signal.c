@@ -139,10 +139,8 @@ void iof__compat_signal_ran(int sig, int flags) {
 }
 
 int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns) {
-  if (f != main_fiber && deadline_ns >= 0) {
-    int r = iof_sleep_until(deadline_ns); /* the timers' own order */
-    return r == 0 ? -ETIMEDOUT : r;
-  }
+  if (f != main_fiber && deadline_ns >= 0)
+    return iof__cthread_sleep(f, deadline_ns); /* a cancellation point */
   iof_io_op op;
   iof__io_op_init(&op, iof__compat_io(f), NULL, NULL, NULL);
   bool reg = iof__compat_intr_enter(f, &op, false);
@@ -391,13 +389,17 @@ int iof_compat_pause(void) {
 
 static int sigsuspend_main(iof_fiber *f, const sigset_t *mask);
 
+static void close_fd(void *fd) {
+  iof__libc.close(*(int *)fd);
+}
+
 int iof_compat_sigsuspend(const sigset_t *mask) {
   iof_fiber *f = iof__compat_fiber();
   if (!f || f != main_fiber || !mask) return iof__libc.sigsuspend(mask);
-  uint64_t saved;
-  _Atomic uint64_t *m = iof__sigmask_wait_begin(mask, &saved);
+  iof__sigmask_hold h;
+  iof__sigmask_hold_begin(&h, mask);
   int r = sigsuspend_main(f, mask);
-  iof__sigmask_wait_end(m, saved);
+  iof__sigmask_hold_release(&h);
   return r;
 }
 
@@ -414,9 +416,12 @@ static int sigsuspend_main(iof_fiber *f, const sigset_t *mask) {
       iof__fd_wait fw = {0};
       fw.fd = sfd;
       fw.events = EV_READ;
+      iof__unwind g; /* closed if the thread exits (cancelled) meanwhile */
+      (void)iof__cthread_guard_push(&g, close_fd, &sfd);
       bool reg = iof__compat_intr_enter(f, &fw.op, false);
       r = iof__compat_intr_leave(reg,
                                  iof__fd_wait_run(&fw, iof__compat_io(f), -1));
+      iof__cthread_guard_pop(&g);
       iof__libc.close(sfd);
     }
     if (r < 0) {
@@ -452,10 +457,13 @@ int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
   int saved = errno;
   int sfd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (sfd < 0) return iof__libc.sigtimedwait(set, info, timeout);
+  iof__unwind g; /* closed if the thread exits (cancelled) meanwhile */
+  (void)iof__cthread_guard_push(&g, close_fd, &sfd);
   for (;;) {
     int s = iof__libc.sigtimedwait(set, info, &zero_ts);
     if (s > 0 || errno != EAGAIN) {
       int e = errno;
+      iof__cthread_guard_pop(&g);
       iof__libc.close(sfd);
       errno = s > 0 ? saved : e;
       return s;
@@ -467,6 +475,7 @@ int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
     int r = iof__compat_intr_leave(
         reg, iof__fd_wait_run(&fw, iof__compat_io(f), deadline));
     if (r < 0) {
+      iof__cthread_guard_pop(&g);
       iof__libc.close(sfd);
       errno = r == -ETIMEDOUT ? EAGAIN : -r;
       return -1;

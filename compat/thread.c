@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <iofiber/compat_io.h>
 #include <iofiber/fls.h>
+#include <iofiber/timer.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <string.h>
@@ -21,17 +22,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* What a running fiber thread keeps on its own stack (thread_main's
+ * frame): the jump to its end, its cleanup chain and its cancellation
+ * state. cancel_w and cancel_woke are read and written under the record's
+ * lk (pthread_cancel), the rest by the thread alone (cancel_off is read by
+ * pthread_cancel under lk too). */
+typedef struct thread_run {
+  jmp_buf end;
+  iof__unwind *chain;  /* newest first */
+  iof__wait *cancel_w; /* the cancellation point it waits in, or NULL */
+  bool cancel_woke;    /* pthread_cancel ended that wait */
+  bool cancel_off;     /* PTHREAD_CANCEL_DISABLE */
+  bool cancel_async;   /* the type asked for (acts as deferred) */
+  bool exiting;        /* unwinding: no more cancellation */
+} thread_run;
+
 struct iof__cthread {
   void *(*fn)(void *);
   void *arg;
   void *ret;        /* before it runs: a name given meanwhile (malloc'd) */
-  jmp_buf *exit_to; /* on the fiber's stack while it runs */
+  thread_run *run;  /* on the fiber's stack while it runs (under lk) */
   iof_fiber *fiber; /* while it runs (under lk) */
   size_t stack;
   void (*on_end)(void *ret);
   atomic_int lk;
-  bool done, detached, joining;
-  bool intr_restart; /* intr_op is one SA_RESTART restarts */
+  /* Under lk. Bit-fields: the record's size is documented. */
+  bool done : 1, detached : 1, joining : 1;
+  bool intr_restart : 1;   /* intr_op is one SA_RESTART restarts */
+  bool cancel_pending : 1; /* pthread_cancel came */
   iof__waitq joiner;
   /* pthread_kill's signals for it (bit sig - 1) and its interruptible
    * wait, both under lk (see iof__cthread_intr_enter). */
@@ -58,7 +76,7 @@ void iof__cthread_set_idle_hook(void (*hook)(void)) {
 
 static int thread_main(void *p) {
   iof__cthread *t = p;
-  jmp_buf jb;
+  thread_run run = {0};
   iof__lk_lock(&t->lk);
   t->fiber = iof__cthr_fiber();
   if (t->ret) { /* named before it ran */
@@ -66,14 +84,14 @@ static int thread_main(void *p) {
     free(t->ret);
     t->ret = NULL;
   }
+  t->run = &run;
   iof__lk_unlock(&t->lk);
   iof__sigmask_host_enter(atomic_load(&t->sigmask));
-  t->exit_to = &jb;
-  if (!setjmp(jb)) t->ret = t->fn(t->arg);
-  t->exit_to = NULL;
+  if (!setjmp(run.end)) t->ret = t->fn(t->arg);
   iof__sigmask_host_leave(atomic_load(&t->sigmask));
   iof__lk_lock(&t->lk);
   t->fiber = NULL;
+  t->run = NULL;
   iof__lk_unlock(&t->lk);
   return 0;
 }
@@ -288,9 +306,232 @@ static iof__cthread *record_of(pthread_t t) {
   return v & 1 ? (iof__cthread *)(v & ~(uintptr_t)1) : NULL;
 }
 
+static iof__cthread *record_of_fiber(iof_fiber *f);
+
+/* ---- exit, cleanup handlers, cancellation ------------------------------
+ * glibc keeps the cleanup buffers of pthread_cleanup_push and the cancel
+ * state in its thread descriptor, which the fiber threads of an OS thread
+ * share: a fiber thread keeps its own in its thread_run instead. Exit runs
+ * the chain newest first: compat's own cleanups are called, a user's
+ * buffer is longjmp'd into (its routine runs, then its
+ * __pthread_unwind_next comes back to unwind), then the stack unwinds to
+ * thread_main, and the fiber's end runs the key destructors. */
+
+/* Entries below `frame` belong to frames a longjmp has left (a handler's
+ * siglongjmp out of a wait): dropped, as they are dead. */
+static iof__unwind *live_chain(thread_run *run, const void *frame) {
+  while (run->chain && (const void *)run->chain < frame)
+    run->chain = run->chain->prev;
+  return run->chain;
+}
+
+static _Noreturn void unwind(thread_run *run) {
+  for (;;) {
+    iof__unwind *u = live_chain(run, __builtin_frame_address(0));
+    if (!u) longjmp(run->end, 1);
+    run->chain = u->prev;
+    if (u->fn) {
+      u->fn(u->arg);
+      continue;
+    }
+    __pthread_unwind_buf_t *b = u->arg;
+    /* Saved by __sigsetjmp without the mask: longjmp reads no more than
+     * the buffer holds (called through a pointer, which the compiler does
+     * not size-check against a whole jmp_buf). */
+    void (*volatile jump)(struct __jmp_buf_tag *, int) = longjmp;
+    jump((struct __jmp_buf_tag *)(void *)b->__cancel_jmp_buf, 1);
+    __builtin_unreachable();
+  }
+}
+
+static _Noreturn void thread_exit(iof__cthread *t, void *retval) {
+  iof__lk_lock(&t->lk);
+  t->run->exiting = true; /* no cancellation inside the handlers */
+  t->run->cancel_w = NULL;
+  iof__lk_unlock(&t->lk);
+  t->ret = retval;
+  unwind(t->run);
+}
+
+/* Under t->lk: a cancel must act now in t (t running, itself). */
+static bool cancel_due(const iof__cthread *t) {
+  return t->cancel_pending && t->run && !t->run->cancel_off && !t->run->exiting;
+}
+
+/* The calling fiber thread acts on a due cancel. */
+static void test_cancel(iof__cthread *t) {
+  iof__lk_lock(&t->lk);
+  bool due = cancel_due(t);
+  iof__lk_unlock(&t->lk);
+  if (due) thread_exit(t, PTHREAD_CANCELED);
+}
+
+void iof__cthread_testcancel(void) {
+  iof__cthread *t = self_record();
+  if (t && t->run) test_cancel(t);
+}
+
+bool iof__cthread_guard_push(iof__unwind *u, void (*fn)(void *), void *arg) {
+  iof__cthread *t = self_record();
+  u->fn = fn;
+  u->arg = arg;
+  u->prev = NULL;
+  if (!t || !t->run) return false;
+  u->prev = live_chain(t->run, __builtin_frame_address(0));
+  t->run->chain = u;
+  return true;
+}
+
+/* Takes u (and whatever a longjmp left above it) off the chain. */
+static void chain_remove(thread_run *run, iof__unwind *u) {
+  for (iof__unwind *c = run->chain; c; c = c->prev)
+    if (c == u) {
+      run->chain = u->prev;
+      return;
+    }
+}
+
+void iof__cthread_guard_pop(iof__unwind *u) {
+  iof__cthread *t = self_record();
+  if (t && t->run) chain_remove(t->run, u);
+}
+
+/* A wait that is a cancellation point: begin runs behind cancel_begin,
+ * which registers the wait for pthread_cancel once its record is set up
+ * (before, an abort would be lost to the record's initialization). */
+typedef struct cancel_op {
+  iof__cthread *t;
+  void *op;
+  iof__wait_begin begin;
+} cancel_op;
+
+static bool cancel_begin(void *p, iof__wait *w) {
+  cancel_op *c = p;
+  iof__lk_lock(&c->t->lk);
+  if (cancel_due(c->t)) {
+    iof__lk_unlock(&c->t->lk);
+    w->result = -ECANCELED;
+    return false;
+  }
+  c->t->run->cancel_w = w;
+  iof__lk_unlock(&c->t->lk);
+  return c->begin(c->op, w);
+}
+
+/* After such a wait: whether the cancel acts now (it came, and no waker
+ * completed the wait: a cond signal or a sem post is not consumed). */
+static bool cancel_after(iof__cthread *t, const iof__wait *w) {
+  iof__lk_lock(&t->lk);
+  t->run->cancel_w = NULL;
+  bool due = cancel_due(t) && !w->by_waker;
+  iof__lk_unlock(&t->lk);
+  return due;
+}
+
+int iof__cthread_cwait(void *op, iof__wait_begin begin, iof__cwait *cw,
+                       int64_t deadline_ns) {
+  iof__cthread *t = self_record();
+  if (!t || !t->run) return iof__cwait_block(op, begin, cw, deadline_ns);
+  test_cancel(t);
+  cancel_op c = {t, op, begin};
+  int r = iof__cwait_block(&c, cancel_begin, cw, deadline_ns);
+  return cancel_after(t, &cw->w) ? -ECANCELED : r;
+}
+
+/* A sleep's wait: nothing to queue, its timer ends it. */
+static bool sleep_begin(void *op, iof__wait *w) {
+  (void)op;
+  return iof__wait_publish(w);
+}
+
+int iof__cthread_sleep(iof_fiber *f, int64_t deadline_ns) {
+  iof__cthread *t = record_of_fiber(f);
+  if (!t || !t->run || t != self_record()) {
+    int r = iof_sleep_until(deadline_ns); /* the timers' own order */
+    return r == 0 ? -ETIMEDOUT : r;
+  }
+  test_cancel(t);
+  cancel_op c = {t, NULL, sleep_begin};
+  iof__wait w;
+  int r = iof__wait_block(&c, cancel_begin, &w, deadline_ns,
+                          IOF__WAIT_CANCELLABLE | IOF__WAIT_IN_ORDER |
+                              IOF__WAIT_IO);
+  if (cancel_after(t, &w)) thread_exit(t, PTHREAD_CANCELED);
+  return r;
+}
+
+int iof_compat_pthread_setcancelstate(int state, int *old) {
+  if (state != PTHREAD_CANCEL_ENABLE && state != PTHREAD_CANCEL_DISABLE)
+    return EINVAL;
+  iof__cthread *t = self_record();
+  if (!t || !t->run) return iof__libc.pthread_setcancelstate(state, old);
+  iof__lk_lock(&t->lk);
+  if (old)
+    *old = t->run->cancel_off ? PTHREAD_CANCEL_DISABLE : PTHREAD_CANCEL_ENABLE;
+  t->run->cancel_off = state == PTHREAD_CANCEL_DISABLE;
+  iof__lk_unlock(&t->lk);
+  return 0;
+}
+
+int iof_compat_pthread_setcanceltype(int type, int *old) {
+  if (type != PTHREAD_CANCEL_DEFERRED && type != PTHREAD_CANCEL_ASYNCHRONOUS)
+    return EINVAL;
+  iof__cthread *t = self_record();
+  if (!t || !t->run) return iof__libc.pthread_setcanceltype(type, old);
+  if (old)
+    *old = t->run->cancel_async ? PTHREAD_CANCEL_ASYNCHRONOUS
+                                : PTHREAD_CANCEL_DEFERRED;
+  t->run->cancel_async = type == PTHREAD_CANCEL_ASYNCHRONOUS;
+  return 0;
+}
+
+void iof_compat_pthread_testcancel(void) {
+  iof__cthread *t = self_record();
+  if (!t || !t->run) {
+    iof__libc.pthread_testcancel();
+    return;
+  }
+  test_cancel(t);
+}
+
+/* The calls glibc's pthread_cleanup_push/pop expand to (C, without
+ * exceptions): a fiber thread's buffers go on its own chain. The buffer's
+ * spare words hold the chain entry. */
+_Static_assert(sizeof(((__pthread_unwind_buf_t *)0)->__pad) >=
+                   sizeof(iof__unwind),
+               "chain entry in the buffer's spare words");
+
+void iof_compat_pthread_register_cancel(__pthread_unwind_buf_t *buf) {
+  iof__cthread *t = self_record();
+  if (!t || !t->run) {
+    iof__libc.__pthread_register_cancel(buf);
+    return;
+  }
+  (void)iof__cthread_guard_push((iof__unwind *)(void *)buf->__pad, NULL, buf);
+}
+
+void iof_compat_pthread_unregister_cancel(__pthread_unwind_buf_t *buf) {
+  iof__cthread *t = self_record();
+  if (!t || !t->run) {
+    iof__libc.__pthread_unregister_cancel(buf);
+    return;
+  }
+  chain_remove(t->run, (iof__unwind *)(void *)buf->__pad);
+}
+
+void iof_compat_pthread_unwind_next(__pthread_unwind_buf_t *buf) {
+  iof__cthread *t = self_record();
+  if (!t || !t->run) {
+    iof__libc.__pthread_unwind_next(buf);
+    __builtin_unreachable();
+  }
+  unwind(t->run); /* a handler ran: the next one, or the end */
+}
+
 typedef struct join_op {
   iof__cthread *t;
   iof__wnode node;
+  bool published;
 } join_op;
 
 static bool join_begin(void *p, iof__wait *w) {
@@ -302,33 +543,53 @@ static bool join_begin(void *p, iof__wait *w) {
     w->result = 0;
     return false;
   }
-  iof__wq_push(&t->joiner, &op->node);
-  iof__wait_publish(w); /* uncancellable, no deadline: cannot fail */
+  bool queued = iof__wq_push_publish(&t->joiner, &op->node, &op->published, w);
   iof__lk_unlock(&t->lk);
-  return true;
+  return queued;
 }
 
-int iof_compat_pthread_join(pthread_t thread, void **retval) {
+/* deadline_ns: CLOCK_MONOTONIC, < 0 none; try: EBUSY rather than wait. */
+static int join(pthread_t thread, void **retval, int64_t deadline_ns,
+                bool try) {
   iof__cthread *t = record_of(thread);
-  if (!t) return iof__libc.pthread_join(thread, retval);
   if (t == self_record()) return EDEADLK;
+  iof__cthread_testcancel(); /* a cancellation point, even if t is done */
   iof__lk_lock(&t->lk);
   if (t->detached || t->joining) {
     iof__lk_unlock(&t->lk);
     return EINVAL;
   }
-  t->joining = true;
   bool done = t->done;
+  t->joining = !try || done;
   iof__lk_unlock(&t->lk);
   if (!done) {
-    join_op op = {t, {0}};
+    if (try) return EBUSY;
+    join_op op = {t, {0}, false};
     iof__cwait cw;
     op.node.w = &cw.w;
-    (void)iof__cwait_block(&op, join_begin, &cw, -1);
+    int r = iof__cthread_cwait(&op, join_begin, &cw, deadline_ns);
+    if (r < 0) {
+      /* Timed out or cancelled: t stays joinable, unless it ended (and
+       * claimed the wait) meanwhile. */
+      iof__lk_lock(&t->lk);
+      if (op.published) iof__wq_unlink(&t->joiner, &op.node);
+      done = t->done;
+      if (!done) t->joining = false;
+      iof__lk_unlock(&t->lk);
+      if (!done) {
+        if (r == -ECANCELED) iof__cthread_testcancel();
+        return -r;
+      }
+    }
   }
   if (retval) *retval = t->ret;
   free(t);
   return 0;
+}
+
+int iof_compat_pthread_join(pthread_t thread, void **retval) {
+  if (!record_of(thread)) return iof__libc.pthread_join(thread, retval);
+  return join(thread, retval, -1, false);
 }
 
 int iof_compat_pthread_detach(pthread_t thread) {
@@ -357,10 +618,7 @@ int iof_compat_pthread_equal(pthread_t a, pthread_t b) {
 
 void iof_compat_pthread_exit(void *retval) {
   iof__cthread *t = self_record();
-  if (t && t->exit_to) {
-    t->ret = retval;
-    longjmp(*t->exit_to, 1);
-  }
+  if (t && t->run) thread_exit(t, retval);
   iof_thread_state *th = iof__thread_peek();
   if (!th || th->current == &th->root) iof__libc.pthread_exit(retval);
   /* A fiber that pthread_create did not start ends as if its function had
@@ -430,15 +688,24 @@ static uint64_t take_pending(iof__cthread *t) {
   return p;
 }
 
+/* These waits are cancellation points too (fds, poll, sigwait, waitpid):
+ * a due cancel acts before the wait and after it, however it ended (they
+ * wait for readiness: nothing is consumed yet). What their callers hold
+ * across the wait is on the cleanup chain (iof__cthread_guard_push). */
 bool iof__cthread_intr_enter(iof_fiber *f, struct iof_io_op *op,
                              bool restartable, uint64_t *pending) {
   iof__cthread *t = record_of_fiber(f);
   *pending = 0;
   if (!t) return false;
   iof__lk_lock(&t->lk);
+  if (cancel_due(t)) {
+    iof__lk_unlock(&t->lk);
+    thread_exit(t, PTHREAD_CANCELED);
+  }
   *pending = take_pending(t);
   t->intr_op = op;
   t->intr_restart = restartable;
+  if (t->run) t->run->cancel_w = &op->w;
   iof__lk_unlock(&t->lk);
   return true;
 }
@@ -447,6 +714,12 @@ uint64_t iof__cthread_intr_leave(iof_fiber *f, bool *restartable) {
   iof__cthread *t = record_of_fiber(f);
   if (!t) return 0;
   iof__lk_lock(&t->lk);
+  if (t->run) t->run->cancel_w = NULL;
+  if (cancel_due(t)) {
+    t->intr_op = NULL;
+    iof__lk_unlock(&t->lk);
+    thread_exit(t, PTHREAD_CANCELED);
+  }
   uint64_t p = take_pending(t);
   t->intr_op = NULL;
   *restartable = t->intr_restart;
@@ -495,9 +768,20 @@ uint64_t iof__cthread_take_unblocked(void) {
   return p;
 }
 
+/* Deferred cancellation: marks it pending and ends the cancellation point
+ * the thread waits in, if any; it acts there (or at the next one) unless
+ * the thread disabled it. A thread that has ended: 0 (as glibc 2.34+). */
 int iof_compat_pthread_cancel(pthread_t thread) {
-  if (!record_of(thread)) return pthread_cancel(thread);
-  return ENOTSUP; /* fiber threads have no cancellation points */
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_cancel(thread);
+  iof__lk_lock(&t->lk);
+  if (!t->done) {
+    t->cancel_pending = true;
+    if (cancel_due(t) && t->run->cancel_w)
+      (void)iof__wait_abort(t->run->cancel_w, -ECANCELED);
+  }
+  iof__lk_unlock(&t->lk);
+  return 0;
 }
 
 int iof_compat_pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {

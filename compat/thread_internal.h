@@ -40,6 +40,29 @@ IOF_HIDDEN bool iof__cthread_intr_enter(iof_fiber *f, struct iof_io_op *op,
                                         bool restartable, uint64_t *pending);
 IOF_HIDDEN uint64_t iof__cthread_intr_leave(iof_fiber *f, bool *restartable);
 
+/* An entry of a fiber thread's cleanup chain: a buffer of glibc's
+ * pthread_cleanup_push (fn NULL, arg the buffer) or compat's own cleanup,
+ * fn(arg), run if the thread exits (pthread_exit, cancellation) past it. */
+typedef struct iof__unwind {
+  struct iof__unwind *prev;
+  void (*fn)(void *);
+  void *arg;
+} iof__unwind;
+
+/* Pushes u (on the caller's stack) onto the calling fiber thread's chain:
+ * false (nothing pushed) outside fiber threads. pop takes it off again. */
+IOF_HIDDEN bool iof__cthread_guard_push(iof__unwind *u, void (*fn)(void *),
+                                        void *arg);
+IOF_HIDDEN void iof__cthread_guard_pop(iof__unwind *u);
+
+/* A cancellation point: the calling fiber thread exits with
+ * PTHREAD_CANCELED if a cancel is pending and enabled. No-op elsewhere. */
+IOF_HIDDEN void iof__cthread_testcancel(void);
+
+/* A sleep of fiber f until deadline_ns (CLOCK_MONOTONIC): -ETIMEDOUT or
+ * -ECANCELED (stop, shutdown). In a fiber thread a cancellation point. */
+IOF_HIDDEN int iof__cthread_sleep(iof_fiber *f, int64_t deadline_ns);
+
 /* Fiber f's signal mask (sigmask.c), or NULL when f is no fiber thread.
  * Signals a fiber thread blocks stay pending for it; take_unblocked takes
  * the calling thread's pending ones its mask now lets in. */
@@ -65,6 +88,13 @@ typedef struct iof__cwait {
  * -ETIMEDOUT. errno is preserved. */
 IOF_HIDDEN int iof__cwait_block(void *op, iof__wait_begin begin, iof__cwait *cw,
                                 int64_t deadline_ns);
+
+/* iof__cwait_block as a cancellation point: in a fiber thread a pending
+ * cancel acts at entry, and one that ends the wait makes it return
+ * -ECANCELED (the caller undoes its wait, then iof__cthread_testcancel).
+ * A wait a waker completed returns its result. */
+IOF_HIDDEN int iof__cthread_cwait(void *op, iof__wait_begin begin,
+                                  iof__cwait *cw, int64_t deadline_ns);
 
 /* Wakes a claimed waiter (fiber: posted; thread: futex). */
 IOF_HIDDEN void iof__cwait_wake(iof__wait *w);

@@ -446,7 +446,7 @@ static int cond_wait(pthread_cond_t *pc, pthread_mutex_t *pm, clockid_t clock,
   cwait_op op = {c, m, {0}, false, false};
   iof__cwait cw;
   op.node.w = &cw.w;
-  int r = iof__cwait_block(&op, cwait_begin, &cw, deadline);
+  int r = iof__cthread_cwait(&op, cwait_begin, &cw, deadline);
   if (op.published && !cw.w.by_waker) {
     iof__lk_lock(&c->lk);
     iof__wq_unlink(&c->q, &op.node);
@@ -456,6 +456,8 @@ static int cond_wait(pthread_cond_t *pc, pthread_mutex_t *pm, clockid_t clock,
     if (!mutex_try(m, self)) (void)mutex_lock_slow(m, self, -1);
     m->depth = depth;
   }
+  /* Cancelled: the handlers run with the mutex held again (POSIX). */
+  if (r == -ECANCELED) iof__cthread_testcancel();
   return -r;
 }
 
@@ -786,10 +788,12 @@ typedef struct once_op {
   bool published;
 } once_op;
 
+/* Waits while the control is RUNNING: a control put back to INIT (its
+ * init routine exited) is the waiter's to try again. */
 static bool once_begin(void *p, iof__wait *w) {
   once_op *op = p;
   iof__lk_lock(&once_tab[op->b].lk);
-  if (atomic_load_explicit(op->st, memory_order_acquire) == ONCE_DONE) {
+  if (atomic_load_explicit(op->st, memory_order_acquire) != ONCE_RUNNING) {
     iof__lk_unlock(&once_tab[op->b].lk);
     w->result = 0;
     return false;
@@ -801,44 +805,60 @@ static bool once_begin(void *p, iof__wait *w) {
   return true;
 }
 
+/* Sets the control to `to` (DONE, or INIT when the routine did not
+ * return) and wakes its waiters. */
+static void once_settle(atomic_int *st, unsigned b, int to) {
+  iof__wnode *list = NULL, **tail = &list;
+  iof__lk_lock(&once_tab[b].lk);
+  atomic_store_explicit(st, to, memory_order_release);
+  for (iof__wnode *n = once_tab[b].q.head, *next; n; n = next) {
+    next = n->next;
+    if (n->data != (void *)st) continue;
+    iof__wq_unlink(&once_tab[b].q, n);
+    if (!iof__wait_claim(n->w, 0, 0)) continue;
+    n->next = NULL;
+    *tail = n;
+    tail = &n->next;
+  }
+  iof__lk_unlock(&once_tab[b].lk);
+  while (list) {
+    iof__wnode *n = list;
+    list = n->next;
+    iof__cwait_wake(n->w);
+  }
+}
+
+/* The init routine left with pthread_exit or a cancellation: the control
+ * goes back to "not run", as glibc's does, so a later call runs it. */
+static void once_abandoned(void *st) {
+  atomic_int *s = st;
+  once_settle(s, once_bucket(s), ONCE_INIT);
+}
+
 int iof_compat_pthread_once(pthread_once_t *once, void (*init)(void)) {
   if (!once || !init) return EINVAL;
   atomic_int *st = (atomic_int *)(void *)once;
-  if (atomic_load_explicit(st, memory_order_acquire) == ONCE_DONE) return 0;
   unsigned b = once_bucket(once);
-  int expect = ONCE_INIT;
-  if (atomic_compare_exchange_strong_explicit(st, &expect, ONCE_RUNNING,
-                                              memory_order_acquire,
-                                              memory_order_acquire)) {
-    init();
-    iof__wnode *list = NULL, **tail = &list;
-    iof__lk_lock(&once_tab[b].lk);
-    atomic_store_explicit(st, ONCE_DONE, memory_order_release);
-    for (iof__wnode *n = once_tab[b].q.head, *next; n; n = next) {
-      next = n->next;
-      if (n->data != (void *)once) continue;
-      iof__wq_unlink(&once_tab[b].q, n);
-      if (!iof__wait_claim(n->w, 0, 0)) continue;
-      n->next = NULL;
-      *tail = n;
-      tail = &n->next;
+  for (;;) {
+    int s = atomic_load_explicit(st, memory_order_acquire);
+    if (s == ONCE_DONE) return 0;
+    if (s == ONCE_INIT &&
+        atomic_compare_exchange_strong_explicit(
+            st, &s, ONCE_RUNNING, memory_order_acquire, memory_order_acquire)) {
+      iof__unwind u;
+      bool guarded = iof__cthread_guard_push(&u, once_abandoned, st);
+      init();
+      if (guarded) iof__cthread_guard_pop(&u);
+      once_settle(st, b, ONCE_DONE);
+      return 0;
     }
-    iof__lk_unlock(&once_tab[b].lk);
-    while (list) {
-      iof__wnode *n = list;
-      list = n->next;
-      iof__cwait_wake(n->w);
-    }
-    return 0;
-  }
-  while (atomic_load_explicit(st, memory_order_acquire) != ONCE_DONE) {
+    if (s != ONCE_RUNNING) continue;
     once_op op = {st, b, {0}, false};
     iof__cwait cw;
     op.node.w = &cw.w;
-    op.node.data = once;
+    op.node.data = st;
     (void)iof__cwait_block(&op, once_begin, &cw, -1);
   }
-  return 0;
 }
 
 /* ---- semaphore -------------------------------------------------------- */
@@ -970,12 +990,13 @@ static int sem_wait_common(sem_t *ps, clockid_t clock,
   sem_op op = {s, {0}, false};
   iof__cwait cw;
   op.node.w = &cw.w;
-  int r = iof__cwait_block(&op, sem_begin, &cw, deadline);
+  int r = iof__cthread_cwait(&op, sem_begin, &cw, deadline);
   if (op.published && !cw.w.by_waker) {
     iof__lk_lock(&s->lk);
     iof__wq_unlink(&s->q, &op.node);
     iof__lk_unlock(&s->lk);
   }
+  if (r == -ECANCELED) iof__cthread_testcancel();
   return r < 0 ? fail(-r) : 0;
 }
 

@@ -124,6 +124,12 @@
   X(pthread_t, pthread_self, (void))                                           \
   X(int, pthread_equal, (pthread_t, pthread_t))                                \
   X(void, pthread_exit, (void *))                                              \
+  X(int, pthread_setcancelstate, (int, int *))                                 \
+  X(int, pthread_setcanceltype, (int, int *))                                  \
+  X(void, pthread_testcancel, (void))                                          \
+  X(void, __pthread_register_cancel, (__pthread_unwind_buf_t *))               \
+  X(void, __pthread_unregister_cancel, (__pthread_unwind_buf_t *))             \
+  X(void, __pthread_unwind_next, (__pthread_unwind_buf_t *))                   \
   X(int, pthread_once, (pthread_once_t *, void (*)(void)))                     \
   X(int, pthread_mutex_init, (pthread_mutex_t *, const pthread_mutexattr_t *)) \
   X(int, pthread_mutex_destroy, (pthread_mutex_t *))                           \

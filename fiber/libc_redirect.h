@@ -92,6 +92,15 @@
 #define pthread_self(...) iof__libc.pthread_self(__VA_ARGS__)
 #define pthread_equal(...) iof__libc.pthread_equal(__VA_ARGS__)
 #define pthread_exit(...) iof__libc.pthread_exit(__VA_ARGS__)
+#define pthread_setcancelstate(...)                                            \
+  iof__libc.pthread_setcancelstate(__VA_ARGS__)
+#define pthread_setcanceltype(...) iof__libc.pthread_setcanceltype(__VA_ARGS__)
+#define pthread_testcancel(...) iof__libc.pthread_testcancel(__VA_ARGS__)
+#define __pthread_register_cancel(...)                                         \
+  iof__libc.__pthread_register_cancel(__VA_ARGS__)
+#define __pthread_unregister_cancel(...)                                       \
+  iof__libc.__pthread_unregister_cancel(__VA_ARGS__)
+#define __pthread_unwind_next(...) iof__libc.__pthread_unwind_next(__VA_ARGS__)
 #define pthread_once(...) iof__libc.pthread_once(__VA_ARGS__)
 #define pthread_mutex_init(...) iof__libc.pthread_mutex_init(__VA_ARGS__)
 #define pthread_mutex_destroy(...) iof__libc.pthread_mutex_destroy(__VA_ARGS__)

@@ -152,6 +152,8 @@
   X(TID, int, pthread_getattr_np, (pthread_t t, pthread_attr_t * a), (t, a))   \
   X(TID, int, pthread_kill, (pthread_t t, int sig), (t, sig))                  \
   X(TID, int, pthread_cancel, (pthread_t t), (t))                              \
+  X(FIB, int, pthread_setcancelstate, (int st, int *o), (st, o))               \
+  X(FIB, int, pthread_setcanceltype, (int ty, int *o), (ty, o))                \
   X(OBJ, int, pthread_once, (pthread_once_t * o, void (*f)(void)), (o, f))     \
   X(OBJ, int, pthread_mutex_init,                                              \
     (pthread_mutex_t * m, const pthread_mutexattr_t *a), (m, a))               \
@@ -246,6 +248,10 @@
   Y(pthread_self)                                                              \
   Y(pthread_equal)                                                             \
   Y(pthread_exit)                                                              \
+  Y(pthread_testcancel)                                                        \
+  Y(__pthread_register_cancel)                                                 \
+  Y(__pthread_unregister_cancel)                                               \
+  Y(__pthread_unwind_next)                                                     \
   Y(system)                                                                    \
   Y(popen)                                                                     \
   Y(posix_spawn)                                                               \
@@ -293,6 +299,7 @@ static const char *const names[H_COUNT] = {
 #define WEAK_DUP WEAK_IO
 #define WEAK_CLOSE WEAK_IO
 #define WEAK_TID WEAK_IO
+#define WEAK_FIB WEAK_IO
 #define WEAK_CNT(ret, name, params)
 HOOK_CALLS(WEAK)
 #undef WEAK
@@ -308,6 +315,12 @@ int iof_compat_pthread_detach(pthread_t t) IOF_HOOK_WEAK;
 pthread_t iof_compat_pthread_self(void) IOF_HOOK_WEAK;
 int iof_compat_pthread_equal(pthread_t a, pthread_t b) IOF_HOOK_WEAK;
 void iof_compat_pthread_exit(void *r) IOF_HOOK_WEAK;
+void iof_compat_pthread_testcancel(void) IOF_HOOK_WEAK;
+void iof_compat_pthread_register_cancel(__pthread_unwind_buf_t *b)
+    IOF_HOOK_WEAK;
+void iof_compat_pthread_unregister_cancel(__pthread_unwind_buf_t *b)
+    IOF_HOOK_WEAK;
+void iof_compat_pthread_unwind_next(__pthread_unwind_buf_t *b) IOF_HOOK_WEAK;
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -464,6 +477,19 @@ bool iof__rt_fd_release(int fd);
     return REAL(name) args;                                                    \
   }
 
+/* FIB: state glibc keeps per OS thread, which the fiber threads sharing
+ * it must each have: compat from a fiber (it passes other fibers on),
+ * libc otherwise. */
+#define DEF_FIB(ret, name, params, args)                                       \
+  IOF_HOOK_API ret name params {                                               \
+    if (iof__hook_in_fiber() && iof_compat_##name) {                           \
+      count(H_##name, C_FIBER);                                                \
+      return iof_compat_##name args;                                           \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    return REAL(name) args;                                                    \
+  }
+
 /* CNT: no fiber version; a fiber calling it blocks its thread. */
 #define DEF_CNT(ret, name, params, args)                                       \
   IOF_HOOK_API ret name params {                                               \
@@ -583,6 +609,47 @@ IOF_HOOK_API void pthread_exit(void *r) {
   if (iof_compat_pthread_exit && iof__hook_in_fiber())
     iof_compat_pthread_exit(r);
   REAL(pthread_exit)(r);
+  __builtin_unreachable();
+}
+
+IOF_HOOK_API void pthread_testcancel(void) {
+  if (iof_compat_pthread_testcancel && iof__hook_in_fiber()) {
+    count(H_pthread_testcancel, C_FIBER);
+    iof_compat_pthread_testcancel();
+    return;
+  }
+  count(H_pthread_testcancel, C_PLAIN);
+  REAL(pthread_testcancel)();
+}
+
+/* What glibc's C pthread_cleanup_push/pop expand to: a fiber thread's
+ * buffers are chained in its own record, not in the descriptor of the OS
+ * thread its fibers share. A buffer is always unregistered (or unwound)
+ * by the fiber that registered it, so both sides route alike. */
+IOF_HOOK_API void __pthread_register_cancel(__pthread_unwind_buf_t *b) {
+  if (iof_compat_pthread_register_cancel && iof__hook_in_fiber()) {
+    count(H___pthread_register_cancel, C_FIBER);
+    iof_compat_pthread_register_cancel(b);
+    return;
+  }
+  count(H___pthread_register_cancel, C_PLAIN);
+  REAL(__pthread_register_cancel)(b);
+}
+
+IOF_HOOK_API void __pthread_unregister_cancel(__pthread_unwind_buf_t *b) {
+  if (iof_compat_pthread_unregister_cancel && iof__hook_in_fiber()) {
+    count(H___pthread_unregister_cancel, C_FIBER);
+    iof_compat_pthread_unregister_cancel(b);
+    return;
+  }
+  count(H___pthread_unregister_cancel, C_PLAIN);
+  REAL(__pthread_unregister_cancel)(b);
+}
+
+IOF_HOOK_API void __pthread_unwind_next(__pthread_unwind_buf_t *b) {
+  if (iof_compat_pthread_unwind_next && iof__hook_in_fiber())
+    iof_compat_pthread_unwind_next(b);
+  REAL(__pthread_unwind_next)(b);
   __builtin_unreachable();
 }
 

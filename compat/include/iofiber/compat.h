@@ -133,6 +133,15 @@
 #define pthread_getattr_np iof_compat_pthread_getattr_np
 #define pthread_kill iof_compat_pthread_kill
 #define pthread_cancel iof_compat_pthread_cancel
+#define pthread_setcancelstate iof_compat_pthread_setcancelstate
+#define pthread_setcanceltype iof_compat_pthread_setcanceltype
+#define pthread_testcancel iof_compat_pthread_testcancel
+#ifdef __GLIBC__
+/* What pthread_cleanup_push/pop expand to (C, without exceptions). */
+#define __pthread_register_cancel iof_compat_pthread_register_cancel
+#define __pthread_unregister_cancel iof_compat_pthread_unregister_cancel
+#define __pthread_unwind_next iof_compat_pthread_unwind_next
+#endif
 #define pthread_mutex_init iof_compat_pthread_mutex_init
 #define pthread_mutex_destroy iof_compat_pthread_mutex_destroy
 #define pthread_mutex_lock iof_compat_pthread_mutex_lock

@@ -66,19 +66,18 @@ IOF_API pthread_t iof_compat_pthread_self(void);
 /* Non-zero when both ids name the same thread. */
 IOF_API int iof_compat_pthread_equal(pthread_t a, pthread_t b);
 
-/* Ends the calling fiber thread with retval (key destructors run, the
- * stack is returned); the real call on a plain thread. A fiber that is
- * not a fiber thread (a launched chain, a raw fiber) ends there as if its
- * function had returned 0: fiber-local destructors and on_done run. */
+/* Ends the calling fiber thread with retval (its cleanup handlers run
+ * newest first, then key destructors; the stack is returned); the real call on
+ * a plain thread. A fiber that is not a fiber thread (a launched chain, a raw
+ * fiber) ends there as if its function had returned 0: fiber-local destructors
+ * and on_done run. */
 IOF_API void iof_compat_pthread_exit(void *retval) __attribute__((noreturn));
 
 #ifdef IOF__COMPAT_GNU
 /* Calls that take a thread id: for a fiber thread, setname/getname act on
- * the fiber's name (15 characters max: ERANGE), kill with 0 checks it
- * exists and otherwise signals the process, cancel gives ENOTSUP (no
- * cancellation for fiber threads), getattr reports its stack size and
- * detach state. Real thread ids go to the real calls. A NULL name, buf or
- * attr is EINVAL for any id (glibc would crash on it). */
+ * the fiber's name (15 characters max: ERANGE), getattr reports its stack
+ * size and detach state. Real thread ids go to the real calls. A NULL name, buf
+ * or attr is EINVAL for any id (glibc would crash on it). */
 IOF_API int iof_compat_pthread_setname_np(pthread_t thread, const char *name);
 IOF_API int iof_compat_pthread_getname_np(pthread_t thread, char *buf,
                                           size_t len);
@@ -90,7 +89,30 @@ IOF_API int iof_compat_pthread_getattr_np(pthread_t thread,
  * returns EINTR (unless SA_RESTART restarts it); to itself at once. Other
  * signals go to the process. 0; EINVAL for a bad sig. */
 IOF_API int iof_compat_pthread_kill(pthread_t thread, int sig);
+
+/* Deferred cancellation of a fiber thread: marks it pending and ends the
+ * cancellation point (a blocking compat call) it waits in; it acts there or
+ * at its next one, unless disabled. Acting runs the thread's cleanup
+ * handlers, then its key destructors; its result is PTHREAD_CANCELED. A
+ * real thread: the real call. 0 (also for a thread that has ended). */
 IOF_API int iof_compat_pthread_cancel(pthread_t thread);
+
+/* The calling fiber thread's own cancel state and type (glibc keeps them
+ * per OS thread); the asynchronous type acts as deferred. The real calls
+ * elsewhere. 0; EINVAL. testcancel: a cancellation point. */
+IOF_API int iof_compat_pthread_setcancelstate(int state, int *oldstate);
+IOF_API int iof_compat_pthread_setcanceltype(int type, int *oldtype);
+IOF_API void iof_compat_pthread_testcancel(void);
+
+#ifdef __GLIBC__
+/* What glibc's C pthread_cleanup_push/pop expand to: in a fiber thread
+ * the buffer goes on the thread's own chain, which pthread_exit and
+ * cancellation run newest first; elsewhere glibc's calls. */
+IOF_API void iof_compat_pthread_register_cancel(__pthread_unwind_buf_t *buf);
+IOF_API void iof_compat_pthread_unregister_cancel(__pthread_unwind_buf_t *buf);
+IOF_API void iof_compat_pthread_unwind_next(__pthread_unwind_buf_t *buf)
+    __attribute__((noreturn));
+#endif
 
 /* Runs init exactly once; concurrent callers (fibers or threads) wait
  * until it has returned. 0; EINVAL on NULL. */
