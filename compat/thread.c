@@ -15,6 +15,7 @@
 #include <iofiber/compat_io.h>
 #include <iofiber/fls.h>
 #include <iofiber/timer.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <string.h>
@@ -797,6 +798,113 @@ int iof_compat_pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
                                         : PTHREAD_CREATE_JOINABLE);
   pthread_attr_setstacksize(attr, t->stack);
   return 0;
+}
+
+/* ---- joins with a limit, scheduling, affinity, sigqueue ------------- */
+
+int iof_compat_pthread_tryjoin_np(pthread_t thread, void **retval) {
+  if (!record_of(thread)) return pthread_tryjoin_np(thread, retval);
+  return join(thread, retval, -1, true);
+}
+
+/* abstime NULL: no limit, as glibc's. */
+int iof_compat_pthread_clockjoin_np(pthread_t thread, void **retval,
+                                    clockid_t clock,
+                                    const struct timespec *abstime) {
+  if (!record_of(thread))
+    return pthread_clockjoin_np(thread, retval, clock, abstime);
+  int64_t deadline = -1;
+  if (abstime) {
+    int r = iof__abs_to_mono(clock, abstime, &deadline);
+    if (r < 0) return -r;
+  }
+  return join(thread, retval, deadline, false);
+}
+
+int iof_compat_pthread_timedjoin_np(pthread_t thread, void **retval,
+                                    const struct timespec *abstime) {
+  if (!record_of(thread)) return pthread_timedjoin_np(thread, retval, abstime);
+  return iof_compat_pthread_clockjoin_np(thread, retval, CLOCK_REALTIME,
+                                         abstime);
+}
+
+/* A fiber thread has no kernel thread of its own to schedule: it reports
+ * SCHED_OTHER, accepts the policies an unprivileged thread may pick (at
+ * priority 0) as no-ops, and refuses the real-time ones with EPERM (its
+ * io thread runs other threads too). */
+int iof_compat_pthread_getschedparam(pthread_t thread, int *policy,
+                                     struct sched_param *param) {
+  if (!record_of(thread)) return pthread_getschedparam(thread, policy, param);
+  if (!policy || !param) return EINVAL;
+  *policy = SCHED_OTHER;
+  memset(param, 0, sizeof *param);
+  return 0;
+}
+
+int iof_compat_pthread_setschedparam(pthread_t thread, int policy,
+                                     const struct sched_param *param) {
+  if (!record_of(thread)) return pthread_setschedparam(thread, policy, param);
+  if (!param) return EINVAL;
+  switch (policy) {
+  case SCHED_OTHER:
+  case SCHED_BATCH:
+  case SCHED_IDLE:
+    return param->sched_priority == 0 ? 0 : EINVAL;
+  case SCHED_FIFO:
+  case SCHED_RR:
+    return EPERM;
+  default:
+    return EINVAL;
+  }
+}
+
+int iof_compat_pthread_setschedprio(pthread_t thread, int prio) {
+  if (!record_of(thread)) return pthread_setschedprio(thread, prio);
+  return prio == 0 ? 0 : EINVAL; /* SCHED_OTHER's only priority */
+}
+
+/* Its CPU time is not counted apart from its io thread's. */
+int iof_compat_pthread_getcpuclockid(pthread_t thread, clockid_t *clock) {
+  if (!record_of(thread)) return pthread_getcpuclockid(thread, clock);
+  return ENOTSUP;
+}
+
+/* A fiber thread runs where its io thread runs: get reports the calling
+ * OS thread's set (the io thread's, from one of its fibers); set checks
+ * the set and leaves it at that (pinning the io thread for one of its
+ * fibers would move all the others, and a pool pinning each worker to
+ * another CPU would end with all on the last). */
+int iof_compat_pthread_getaffinity_np(pthread_t thread, size_t size,
+                                      cpu_set_t *set) {
+  if (!record_of(thread)) return pthread_getaffinity_np(thread, size, set);
+  int e = errno;
+  int r = sched_getaffinity(0, size, set) == 0 ? 0 : errno;
+  errno = e;
+  return r;
+}
+
+int iof_compat_pthread_setaffinity_np(pthread_t thread, size_t size,
+                                      const cpu_set_t *set) {
+  if (!record_of(thread)) return pthread_setaffinity_np(thread, size, set);
+  if (!set) return EFAULT;
+  cpu_set_t allowed;
+  int e = errno;
+  int r = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? 0 : errno;
+  errno = e;
+  if (r) return r;
+  /* As the kernel: EINVAL when no CPU of the set may be used. */
+  size_t n = size < sizeof allowed ? size : sizeof allowed;
+  for (size_t cpu = 0; cpu < n * 8; cpu++)
+    if (CPU_ISSET_S(cpu, size, set) && CPU_ISSET(cpu, &allowed)) return 0;
+  return EINVAL;
+}
+
+/* As pthread_kill: the value does not travel (the handler's si_value is
+ * 0). */
+int iof_compat_pthread_sigqueue(pthread_t thread, int sig,
+                                const union sigval value) {
+  if (!record_of(thread)) return pthread_sigqueue(thread, sig, value);
+  return iof_compat_pthread_kill(thread, sig);
 }
 
 /* ---- keys ------------------------------------------------------------- */

@@ -152,6 +152,24 @@
   X(TID, int, pthread_getattr_np, (pthread_t t, pthread_attr_t * a), (t, a))   \
   X(TID, int, pthread_kill, (pthread_t t, int sig), (t, sig))                  \
   X(TID, int, pthread_cancel, (pthread_t t), (t))                              \
+  X(TID, int, pthread_tryjoin_np, (pthread_t t, void **r), (t, r))             \
+  X(TID, int, pthread_timedjoin_np,                                            \
+    (pthread_t t, void **r, const struct timespec *a), (t, r, a))              \
+  X(TID, int, pthread_clockjoin_np,                                            \
+    (pthread_t t, void **r, clockid_t c, const struct timespec *a),            \
+    (t, r, c, a))                                                              \
+  X(TID, int, pthread_getschedparam,                                           \
+    (pthread_t t, int *p, struct sched_param *s), (t, p, s))                   \
+  X(TID, int, pthread_setschedparam,                                           \
+    (pthread_t t, int p, const struct sched_param *s), (t, p, s))              \
+  X(TID, int, pthread_setschedprio, (pthread_t t, int p), (t, p))              \
+  X(TID, int, pthread_getcpuclockid, (pthread_t t, clockid_t * c), (t, c))     \
+  X(TID, int, pthread_getaffinity_np, (pthread_t t, size_t n, cpu_set_t * c),  \
+    (t, n, c))                                                                 \
+  X(TID, int, pthread_setaffinity_np,                                          \
+    (pthread_t t, size_t n, const cpu_set_t *c), (t, n, c))                    \
+  X(TID, int, pthread_sigqueue, (pthread_t t, int sig, const union sigval v),  \
+    (t, sig, v))                                                               \
   X(FIB, int, pthread_setcancelstate, (int st, int *o), (st, o))               \
   X(FIB, int, pthread_setcanceltype, (int ty, int *o), (ty, o))                \
   X(OBJ, int, pthread_once, (pthread_once_t * o, void (*f)(void)), (o, f))     \

@@ -19,6 +19,8 @@
 #define IOFIBER_COMPAT_THREAD_H
 
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <semaphore.h>
 #include <stddef.h>
 #include <time.h>
@@ -83,7 +85,42 @@ IOF_API int iof_compat_pthread_getname_np(pthread_t thread, char *buf,
                                           size_t len);
 IOF_API int iof_compat_pthread_getattr_np(pthread_t thread,
                                           pthread_attr_t *attr);
+
+/* Joins with a limit: tryjoin gives EBUSY while the thread runs; timedjoin
+ * (CLOCK_REALTIME) and clockjoin (CLOCK_REALTIME or CLOCK_MONOTONIC) wait
+ * until abstime (NULL: no limit), then ETIMEDOUT; EINVAL for a bad abstime.
+ * As pthread_join otherwise (a cancellation point). */
+IOF_API int iof_compat_pthread_tryjoin_np(pthread_t thread, void **retval);
+IOF_API int iof_compat_pthread_timedjoin_np(pthread_t thread, void **retval,
+                                            const struct timespec *abstime);
+IOF_API int iof_compat_pthread_clockjoin_np(pthread_t thread, void **retval,
+                                            clockid_t clock,
+                                            const struct timespec *abstime);
+
+/* Affinity of a fiber thread: its io thread's. get reports the calling OS
+ * thread's set; set checks it (EINVAL when no CPU of it may be used) and
+ * changes nothing. */
+IOF_API int iof_compat_pthread_getaffinity_np(pthread_t thread, size_t size,
+                                              cpu_set_t *set);
+IOF_API int iof_compat_pthread_setaffinity_np(pthread_t thread, size_t size,
+                                              const cpu_set_t *set);
+
+/* As pthread_kill for a fiber thread (the value is not passed on). */
+IOF_API int iof_compat_pthread_sigqueue(pthread_t thread, int sig,
+                                        const union sigval value);
 #endif
+
+/* Scheduling of a fiber thread: get reports SCHED_OTHER, priority 0; set
+ * accepts SCHED_OTHER, SCHED_BATCH and SCHED_IDLE at priority 0 as no-ops,
+ * EPERM for SCHED_FIFO/SCHED_RR, EINVAL otherwise. getcpuclockid: ENOTSUP
+ * (its time is its io thread's). Real thread ids: the real calls. */
+IOF_API int iof_compat_pthread_getschedparam(pthread_t thread, int *policy,
+                                             struct sched_param *param);
+IOF_API int iof_compat_pthread_setschedparam(pthread_t thread, int policy,
+                                             const struct sched_param *param);
+IOF_API int iof_compat_pthread_setschedprio(pthread_t thread, int prio);
+IOF_API int iof_compat_pthread_getcpuclockid(pthread_t thread,
+                                             clockid_t *clock);
 /* To a fiber thread with a signal the program handles (installed through
  * iof_compat_sigaction): the handler runs in that fiber, whose waiting call
  * returns EINTR (unless SA_RESTART restarts it); to itself at once. Other
