@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <spawn.h>
 
 #include "fiber/libc.h"
 #include "io/fd_wait.h"
@@ -123,6 +124,16 @@ IOF_HIDDEN extern bool iof__compat_forked;
 /* In such a child: fd (0, 1 or 2) back to blocking mode if only the
  * runtime made it non-blocking (io.c). */
 IOF_HIDDEN void iof__compat_child_std_blocking(int fd);
+
+/* Before a program is started (posix_spawn, system, popen, an exec in a
+ * forked child): the fds it will use go back to blocking mode where only
+ * the runtime made them non-blocking: 0-2, inheritable pipes and other
+ * non-sockets, and the sources of fa's dup2s (fa may be NULL). The open
+ * file is shared with us, so a fiber that later waits on one blocks its
+ * thread (documented). inheritable_only: skip close-on-exec fds but fa's
+ * dup2 sources; pipes_only: pipes and FIFOs alone (spawn_fds.c). */
+IOF_API void iof__compat_child_fds(bool inheritable_only, bool pipes_only,
+                                   const posix_spawn_file_actions_t *fa);
 
 /* > 0 while this thread runs a handler installed through compat
  * (signal.c): its calls are the plain ones, whatever fiber it interrupted. */

@@ -226,6 +226,7 @@ static void sys_ignore(bool on) {
 extern char **environ;
 
 int iof_compat_system(const char *cmd) {
+  if (cmd) iof__compat_child_fds(true, false, NULL);
   iof_fiber *f = iof__compat_fiber();
   if (!f || !cmd) return iof__libc.system(cmd);
   int saved = errno;
@@ -267,7 +268,8 @@ int iof_compat_system(const char *cmd) {
 
 /* The child starts with the calling fiber thread's signal mask, not the
  * OS thread's, unless attr sets one (glibc's spawn runs none of our code
- * in the child, so the OS thread wears the mask for the call). */
+ * in the child, so the OS thread wears the mask for the call), and with
+ * the fds it uses in blocking mode. */
 typedef int spawn_call(pid_t *, const char *,
                        const posix_spawn_file_actions_t *,
                        const posix_spawnattr_t *, char *const[], char *const[]);
@@ -276,6 +278,7 @@ static int spawn_masked(spawn_call *call, pid_t *pid, const char *what,
                         const posix_spawn_file_actions_t *fa,
                         const posix_spawnattr_t *attr, char *const argv[],
                         char *const envp[]) {
+  iof__compat_child_fds(true, false, fa);
   iof__compat_child_mask(1);
   int r = call(pid, what, fa, attr, argv, envp);
   iof__compat_child_mask(0);

@@ -425,8 +425,6 @@ static void *real_sym(int call) {
     return REAL(name) args;                                                    \
   }
 
-static void restore_fd(int fd);
-
 /* FD: fd bookkeeping (a new fd's record, close/dup waking waiters, the
  * user's O_NONBLOCK and timeouts) must see every caller, fiber or not, or a
  * reused fd number would meet a stale record. Plain only before the
@@ -688,98 +686,15 @@ static void each_open_fd(void (*fn)(int fd, void *arg), void *arg) {
   closedir(d);
 }
 
-typedef struct restore_filter {
-  bool inheritable_only, pipes_only;
-  const posix_spawn_file_actions_t *fa; /* posix_spawn's, or NULL */
-} restore_filter;
+/* A program we start gets the fds it uses in blocking mode (compat's
+ * spawn_fds.c; see iof__compat_child_fds). */
+void iof__compat_child_fds(bool inheritable_only, bool pipes_only,
+                           const posix_spawn_file_actions_t *fa) IOF_HOOK_WEAK;
 
-/* glibc's record of one file action (its spawn_int.h; the layout has not
- * changed since glibc 2.1, new kinds were added at the end). Read only to
- * learn which of our fds a posix_spawn child ends up with. */
-enum { GLIBC_SPAWN_CLOSE, GLIBC_SPAWN_DUP2, GLIBC_SPAWN_OPEN };
-struct glibc_spawn_action {
-  int tag;
-  union {
-    struct {
-      int fd;
-    } close;
-    struct {
-      int fd, newfd;
-    } dup2;
-    struct {
-      int fd;
-      char *path;
-      int oflag;
-      unsigned mode;
-    } open;
-  } u;
-};
-
-enum { CHILD_INHERITS, CHILD_COPY, CHILD_LOSES };
-
-/* What fa does to our fd in the child: copies it onto another number
- * (dup2's source), takes it away (closed, or replaced by a dup2 or an
- * open), or nothing (it is inherited unless close-on-exec). */
-static int child_view(const posix_spawn_file_actions_t *fa, int fd) {
-  if (!fa || fa->__used < 0 || fa->__used > fa->__allocated) return 0;
-  const struct glibc_spawn_action *a =
-      (const struct glibc_spawn_action *)fa->__actions;
-  int v = CHILD_INHERITS;
-  for (int i = 0; a && i < fa->__used; i++) {
-    if (a[i].tag == GLIBC_SPAWN_DUP2 && a[i].u.dup2.fd == fd) return CHILD_COPY;
-    if ((a[i].tag == GLIBC_SPAWN_CLOSE && a[i].u.close.fd == fd) ||
-        (a[i].tag == GLIBC_SPAWN_DUP2 && a[i].u.dup2.newfd == fd) ||
-        (a[i].tag == GLIBC_SPAWN_OPEN && a[i].u.open.fd == fd))
-      v = CHILD_LOSES;
-  }
-  return v;
-}
-
-/* Sockets above the standard streams stay non-blocking unless the child
- * gets them as a copy (posix_spawn's dup2): a child inherits a server's
- * accepted sockets without close-on-exec but does not use them, and the
- * server's fibers must keep waiting on them without blocking their thread
- * (after a system() a keep-alive connection's read held the whole thread
- * until the client spoke). posix_spawn's closes spare the fds the child
- * never holds (a pipe's other end). */
-static void restore_listed(int fd, void *arg) {
-  const restore_filter *f = arg;
-  int view = child_view(f->fa, fd);
-  if (view == CHILD_LOSES) return;
-  if (f->inheritable_only && view != CHILD_COPY) {
-    int fdfl = REAL(fcntl)(fd, F_GETFD);
-    if (fdfl < 0 || (fdfl & FD_CLOEXEC)) return;
-  }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) return;
-  if (f->pipes_only && !S_ISFIFO(sb.st_mode)) return;
-  if (S_ISSOCK(sb.st_mode) && fd > 2 && view != CHILD_COPY) return;
-  restore_fd(fd);
-}
-
-/* A process we start must see its fds as the program made them: the fds
- * the runtime switched to non-blocking for its waits (user view blocking,
- * compat's F_GETFL) are switched back, e.g. a shell pipeline's stdin. The
- * open file description is shared with us, so a fiber of this process
- * that later waits on such an fd blocks its thread (documented); sockets
- * above 2 are left alone (restore_listed).
- * inheritable_only: skip close-on-exec fds (the exec'ed program never sees
- * them) except posix_spawn's dup2 sources (fa).
- * pipes_only: skip everything but pipes and FIFOs. */
-static void restore_blocking(bool inheritable_only, bool pipes_only,
-                             const posix_spawn_file_actions_t *fa) {
-  if (!iof_compat_fcntl || !runtime_ready) return;
-  restore_filter f = {inheritable_only, pipes_only, fa};
-  each_open_fd(restore_listed, &f);
-}
-
-/* One fd back to blocking mode when the runtime alone made it
- * non-blocking (the user's view, compat's F_GETFL, says blocking). */
-static void restore_fd(int fd) {
-  int k = REAL(fcntl)(fd, F_GETFL);
-  if (k < 0 || !(k & O_NONBLOCK)) return;
-  int u = iof_compat_fcntl(fd, F_GETFL);
-  if (u >= 0 && !(u & O_NONBLOCK)) REAL(fcntl)(fd, F_SETFL, k & ~O_NONBLOCK);
+static void child_fds(bool inheritable_only, bool pipes_only,
+                      const posix_spawn_file_actions_t *fa) {
+  if (iof__compat_child_fds && runtime_ready)
+    iof__compat_child_fds(inheritable_only, pipes_only, fa);
 }
 
 /* The runtime's bracket is open on this thread, and not for a signal
@@ -869,16 +784,14 @@ IOF_HOOK_API void closefrom(int lowfd) {
 
 /* The child side of a fork from a fiber: everything passes through. */
 static void child_steps_aside(void) {
-  stepped_aside = 1;
-  /* What the child execs uses its standard streams: those go back to
-   * blocking mode, now and when the child dup2s an fd onto one of them
-   * (a CGI's pipes, see dup2). Every other fd stays as it is: the open
-   * file is shared, and a blocking mode would make the parent's fibers
-   * block their thread on it (a forking server's listening socket,
+  /* compat's fork handler has put the standard streams back in blocking
+   * mode for what the child execs, and does so again when the child dup2s
+   * an fd onto one (a CGI's pipes). Every other fd stays as it is: the
+   * open file is shared, and a blocking mode would make the parent's
+   * fibers block their thread on it (a forking server's listening socket,
    * Python multiprocessing's pipes); the child's own reads and writes on
    * them still block, through compat (see DEF_IO). */
-  if (iof_compat_fcntl && runtime_ready)
-    for (int fd = 0; fd <= 2; fd++) restore_fd(fd);
+  stepped_aside = 1;
 }
 
 /* A process made by a raw clone system call (vsftpd's sessions: clone
@@ -927,7 +840,7 @@ IOF_HOOK_API pid_t fork(void) {
  * listening socket inherited by a CGI is still the parent's fibers' to
  * accept on, and a blocking one would stop them all. */
 static void before_exec(void) {
-  if (stepped_aside) restore_blocking(true, true, NULL);
+  if (stepped_aside) child_fds(true, true, NULL);
 }
 
 /* A program started from a fiber thread inherits that thread's signal
@@ -1043,14 +956,14 @@ IOF_HOOK_API int system(const char *cmd) {
   bool in_fiber = iof__hook_in_fiber();
   count(H_system,
         in_fiber ? (iof_compat_system ? C_FIBER : C_BLOCKED) : C_PLAIN);
-  if (cmd) restore_blocking(true, false, NULL);
   if (in_fiber && iof_compat_system) return iof_compat_system(cmd);
+  if (cmd) child_fds(true, false, NULL);
   return REAL(system)(cmd);
 }
 
 IOF_HOOK_API FILE *popen(const char *cmd, const char *mode) {
   count(H_popen, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(true, false, NULL);
+  child_fds(true, false, NULL);
   WITH_CHILD_MASK(FILE *, REAL(popen)(cmd, mode));
 }
 
@@ -1059,9 +972,9 @@ IOF_HOOK_API int posix_spawn(pid_t *pid, const char *path,
                              const posix_spawnattr_t *at, char *const argv[],
                              char *const envp[]) {
   count(H_posix_spawn, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(true, false, fa);
   if (iof_compat_posix_spawn && iof__hook_in_fiber())
     return iof_compat_posix_spawn(pid, path, fa, at, argv, envp);
+  child_fds(true, false, fa);
   return REAL(posix_spawn)(pid, path, fa, at, argv, envp);
 }
 
@@ -1070,9 +983,9 @@ IOF_HOOK_API int posix_spawnp(pid_t *pid, const char *file,
                               const posix_spawnattr_t *at, char *const argv[],
                               char *const envp[]) {
   count(H_posix_spawnp, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
-  restore_blocking(true, false, fa);
   if (iof_compat_posix_spawnp && iof__hook_in_fiber())
     return iof_compat_posix_spawnp(pid, file, fa, at, argv, envp);
+  child_fds(true, false, fa);
   return REAL(posix_spawnp)(pid, file, fa, at, argv, envp);
 }
 
