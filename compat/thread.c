@@ -731,7 +731,8 @@ uint64_t iof__cthread_intr_leave(iof_fiber *f, bool *restartable) {
 int iof_compat_pthread_kill(pthread_t thread, int sig) {
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_kill(thread, sig);
-  if (sig < 0 || sig >= NSIG) return EINVAL;
+  /* 32 and 33 below SIGRTMIN are glibc's own (cancellation, setxid). */
+  if (sig < 0 || sig >= NSIG || (sig >= 32 && sig < SIGRTMIN)) return EINVAL;
   if (sig == 0) return 0; /* "does it exist": it is not yet joined */
   /* Without a handler of the program's the signal's action is the
    * process's (terminate, stop, ignore): it goes to the process. */
