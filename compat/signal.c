@@ -33,6 +33,10 @@ static atomic_bool waiting;
  * while one waits merges with it, as a pending standard signal does. */
 static atomic_int deferred[NSIG];
 static siginfo_t deferred_info[NSIG];
+/* The handler as the trampoline found it: SA_RESETHAND may have reset the
+ * table since. */
+static void *deferred_handler[NSIG];
+static int deferred_flags[NSIG];
 static void run_deferred(void);
 
 /* The wake-up of main's io thread: started on the loop of main's first
@@ -189,8 +193,7 @@ static void enter(void) {
 _Thread_local unsigned iof__compat_norestart_runs
     __attribute__((tls_model("initial-exec")));
 
-static void leave(int sig) {
-  int fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
+static void leave(int sig, int fl) {
   if (fl != -1) iof__compat_signal_ran(sig, fl);
   if (fl != -1 && !(fl & SA_RESTART)) iof__compat_norestart_runs++;
   void (*m)(int) = atomic_load_explicit(&marker, memory_order_relaxed);
@@ -204,12 +207,12 @@ static void leave(int sig) {
  * stack the signal found (the event loop's, another fiber's), so that a
  * siglongjmp out of it lands in main's own frames. Faults and abort()
  * run at once. True when deferred. */
-static bool defer(int sig, const siginfo_t *si) {
+static bool defer(int sig, const siginfo_t *si, void *h, int fl) {
   if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL ||
       sig == SIGTRAP || sig == SIGSYS || sig == SIGABRT)
     return false;
-  int fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
-  if (fl == -1 || !atomic_load(&waiting) || main_blocks(sig)) return false;
+  if (!h || fl == -1 || !atomic_load(&waiting) || main_blocks(sig))
+    return false;
   int none = 0;
   if (!atomic_compare_exchange_strong(&deferred[sig], &none, 1))
     /* One is recorded for main: merged with it, as with a pending signal;
@@ -221,6 +224,8 @@ static bool defer(int sig, const siginfo_t *si) {
     memset(&deferred_info[sig], 0, sizeof deferred_info[sig]);
     deferred_info[sig].si_signo = sig;
   }
+  deferred_handler[sig] = h;
+  deferred_flags[sig] = fl;
   atomic_store(&deferred[sig], 2);
   iof__compat_signal_ran(sig, fl);
   if (atomic_load(&waiting)) return true;
@@ -229,23 +234,35 @@ static bool defer(int sig, const siginfo_t *si) {
   return !atomic_compare_exchange_strong(&deferred[sig], &ready, 0);
 }
 
+/* The handler for sig and its flags, as a delivery takes them: under
+ * SA_RESETHAND the kernel has reset the disposition, the table follows
+ * (unless a new handler came meanwhile). */
+static void *take_handler(int sig, int *fl) {
+  void *h = atomic_load_explicit(&user_handler[sig], memory_order_acquire);
+  *fl = atomic_load_explicit(&user_flags[sig], memory_order_relaxed);
+  if (h && *fl != -1 && (*fl & SA_RESETHAND)) {
+    void *expect = h;
+    (void)atomic_compare_exchange_strong(&user_handler[sig], &expect, NULL);
+  }
+  return h;
+}
+
 static void tramp_plain(int sig) {
-  if (defer(sig, NULL)) return;
-  void (*h)(int) = (void (*)(int))atomic_load_explicit(&user_handler[sig],
-                                                       memory_order_acquire);
+  int fl;
+  void *h = take_handler(sig, &fl);
+  if (defer(sig, NULL, h, fl)) return;
   enter();
-  if (h) h(sig);
-  leave(sig);
+  if (h) ((void (*)(int))h)(sig);
+  leave(sig, fl);
 }
 
 static void tramp_info(int sig, siginfo_t *si, void *uc) {
-  if (defer(sig, si)) return;
-  void (*h)(int, siginfo_t *, void *) =
-      (void (*)(int, siginfo_t *, void *))atomic_load_explicit(
-          &user_handler[sig], memory_order_acquire);
+  int fl;
+  void *h = take_handler(sig, &fl);
+  if (defer(sig, si, h, fl)) return;
   enter();
-  if (h) h(sig, si, uc);
-  leave(sig);
+  if (h) ((void (*)(int, siginfo_t *, void *))h)(sig, si, uc);
+  leave(sig, fl);
 }
 
 /* Runs the program's handler for s in plain fiber context, with its
@@ -253,9 +270,7 @@ static void tramp_info(int sig, siginfo_t *si, void *uc) {
  * its flags, or -1 when it has none. Its calls may even suspend; one that
  * leaves with siglongjmp restores the mask its sigsetjmp saved. ucontext
  * is NULL: there is no interrupted machine context to show. */
-static int run_user(int s, siginfo_t *si) {
-  void *h = atomic_load_explicit(&user_handler[s], memory_order_acquire);
-  int fl = atomic_load_explicit(&user_flags[s], memory_order_relaxed);
+static int run_user(int s, siginfo_t *si, void *h, int fl) {
   if (!h || fl == -1) return -1;
   sigset_t m = user_mask[s], old;
   if (!(fl & SA_NODEFER)) sigaddset(&m, s);
@@ -280,25 +295,55 @@ static void run_deferred(void) {
     int ready = 2;
     if (!atomic_compare_exchange_strong(&deferred[s], &ready, 1)) continue;
     siginfo_t si = deferred_info[s];
+    void *h = deferred_handler[s];
+    int fl = deferred_flags[s];
     atomic_store(&deferred[s], 0);
-    (void)run_user(s, &si);
+    (void)run_user(s, &si, h, fl);
   }
 }
 
-bool iof__compat_has_handler(int sig) {
-  return sig > 0 && sig < NSIG &&
-         atomic_load_explicit(&user_handler[sig], memory_order_acquire) &&
-         atomic_load_explicit(&user_flags[sig], memory_order_relaxed) != -1;
+int iof__compat_disposition(int sig) {
+  if (sig <= 0 || sig >= NSIG) return IOF__SIG_IGNORE;
+  if (atomic_load_explicit(&user_handler[sig], memory_order_acquire) &&
+      atomic_load_explicit(&user_flags[sig], memory_order_relaxed) != -1)
+    return IOF__SIG_HANDLER;
+  struct sigaction cur;
+  iof__libc_init();
+  if (iof__libc.sigaction(sig, NULL, &cur) != 0) return IOF__SIG_IGNORE;
+  if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN)
+    return IOF__SIG_IGNORE;
+  if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL &&
+      (sig == SIGCHLD || sig == SIGURG || sig == SIGWINCH))
+    return IOF__SIG_IGNORE; /* their default action is to ignore them */
+  return IOF__SIG_PROCESS;
 }
 
 int iof__compat_run_handler(int sig) {
+  switch (iof__compat_disposition(sig)) {
+  case IOF__SIG_IGNORE:
+    return -1;
+  case IOF__SIG_PROCESS:
+    /* The default action (or a handler behind compat's back) is the
+     * process's: the kernel's own delivery applies it. */
+    (void)kill(getpid(), sig);
+    return -1;
+  }
+  int fl;
+  void *h = take_handler(sig, &fl);
+  if (h && fl != -1 && (fl & SA_RESETHAND)) {
+    /* The kernel resets the disposition before the handler runs. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    (void)iof__libc.sigaction(sig, &dfl, NULL);
+  }
   siginfo_t si;
   memset(&si, 0, sizeof si);
   si.si_signo = sig;
   si.si_code = SI_TKILL;
   si.si_pid = getpid();
   si.si_uid = getuid();
-  return run_user(sig, &si);
+  return run_user(sig, &si, h, fl);
 }
 
 bool iof__compat_run_pending(uint64_t pending) {
@@ -351,6 +396,8 @@ int iof_compat_sigaction(int sig, const struct sigaction *act,
     atomic_store(&user_flags[sig], prev_flags);
     atomic_store_explicit(&user_handler[sig], prev, memory_order_release);
   }
+  if (r == 0 && act && ours && !wrapped) /* SIG_DFL, SIG_IGN */
+    atomic_store_explicit(&user_handler[sig], NULL, memory_order_release);
   if (r == 0 && old && ours && prev && is_tramp(old)) {
     if (old->sa_flags & SA_SIGINFO)
       old->sa_sigaction = (void (*)(int, siginfo_t *, void *))prev;

@@ -43,12 +43,18 @@ IOF_HIDDEN int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns);
  * a signal then waits for the wait to end). */
 IOF_HIDDEN int iof__compat_admit_fd(const sigset_t *mask);
 
-/* Whether the program installed a handler for sig through compat. */
-IOF_HIDDEN bool iof__compat_has_handler(int sig);
+/* What delivering sig does now: run a handler the program installed
+ * through compat, nothing (SIG_IGN, or a SIG_DFL that ignores), or the
+ * process's business (SIG_DFL's action, or a handler installed behind
+ * compat's back): the kernel applies it to a signal sent to the process. */
+enum { IOF__SIG_HANDLER, IOF__SIG_IGNORE, IOF__SIG_PROCESS };
+IOF_HIDDEN int iof__compat_disposition(int sig);
 
-/* Runs the program's handler for sig here, in the calling fiber, as for a
- * signal sent to this thread (si_code SI_TKILL), its sa_mask blocked.
- * Returns its sa_flags, or -1 when there is no handler (any more). */
+/* Delivers sig here, in the calling fiber, as a signal sent to this
+ * thread (si_code SI_TKILL): the program's handler runs with its sa_mask
+ * blocked (SA_RESETHAND first resets the disposition); SIG_DFL's action
+ * goes to the process. Returns the handler's sa_flags, or -1 when none
+ * ran. */
 IOF_HIDDEN int iof__compat_run_handler(int sig);
 
 /* The signals pthread_kill left for a fiber thread (bits sig - 1), run in

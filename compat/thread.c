@@ -734,14 +734,20 @@ int iof_compat_pthread_kill(pthread_t thread, int sig) {
   /* 32 and 33 below SIGRTMIN are glibc's own (cancellation, setxid). */
   if (sig < 0 || sig >= NSIG || (sig >= 32 && sig < SIGRTMIN)) return EINVAL;
   if (sig == 0) return 0; /* "does it exist": it is not yet joined */
-  /* Without a handler of the program's the signal's action is the
-   * process's (terminate, stop, ignore): it goes to the process. */
-  if (!iof__compat_has_handler(sig) || !sig_bit(sig))
-    return kill(getpid(), sig) == 0 ? 0 : errno;
   bool blocked = atomic_load(&t->sigmask) & sig_bit(sig);
-  if (t == self_record() && !blocked) { /* as raise(): runs before return */
-    iof__compat_run_handler(sig);
-    return 0;
+  if (!blocked) {
+    /* The disposition applies now; a blocked signal stays pending for the
+     * thread whatever it is, as the kernel's does. */
+    switch (iof__compat_disposition(sig)) {
+    case IOF__SIG_IGNORE:
+      return 0;
+    case IOF__SIG_PROCESS:
+      return kill(getpid(), sig) == 0 ? 0 : errno;
+    }
+    if (t == self_record()) { /* as raise(): runs before return */
+      iof__compat_run_handler(sig);
+      return 0;
+    }
   }
   /* Like a thread's pending signal: its handler runs in that fiber, and
    * the interruptible call it waits in returns EINTR (or is restarted

@@ -1,6 +1,10 @@
 /* pthread_kill between threads, as glibc and the kernel do it:
  * - signal numbers: 0 checks the thread, glibc's internal 32 and 33 and
- *   numbers out of range are EINVAL (nothing is sent).
+ *   numbers out of range are EINVAL (nothing is sent);
+ * - the disposition at the time counts: after SIG_IGN (or a SIG_DFL that
+ *   ignores) nothing runs, after SIG_DFL the default action ends the
+ *   process, and SA_RESETHAND runs the handler once (through pthread_kill
+ *   or the kernel), then the default action applies.
  * Run under iofiber-run, plainly and with the header swap; cases that end
  * the process run in a copy of this program (argv[1] names the case).
  * Exit 0: every step right; it prints what failed. */
@@ -25,6 +29,12 @@ static int failed;
       failed = 1;                                                              \
     }                                                                          \
   } while (0)
+
+static volatile sig_atomic_t hits;
+static void on_sig(int s) {
+  (void)s;
+  hits++;
+}
 
 static int pfd[2];
 
@@ -51,12 +61,120 @@ static void bad_numbers(void) {
   pthread_join(t, NULL);
 }
 
+static void stale_handlers(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, reader, NULL);
+  usleep(20000);
+  int h = hits;
+  signal(SIGUSR1, on_sig);
+  CHECK(signal(SIGUSR1, SIG_IGN) == on_sig, "signal returns the handler");
+  CHECK(pthread_kill(t, SIGUSR1) == 0, "pthread_kill, SIG_IGN");
+  CHECK(pthread_kill(pthread_self(), SIGUSR1) == 0, "to self, SIG_IGN");
+  signal(SIGWINCH, on_sig);
+  signal(SIGWINCH, SIG_DFL); /* whose action is to ignore it */
+  CHECK(pthread_kill(t, SIGWINCH) == 0, "pthread_kill, SIGWINCH SIG_DFL");
+  CHECK(pthread_kill(pthread_self(), SIGWINCH) == 0, "to self, SIG_DFL");
+  usleep(30000);
+  CHECK(hits == h, "no handler ran after SIG_IGN or SIG_DFL");
+  (void)!write(pfd[1], "x", 1);
+  pthread_join(t, NULL);
+}
+
+/* ---- cases that end the process, each in a copy of this program ---- */
+
+/* Sends SIGUSR1 to a thread (blocked in read) with pthread_kill. */
+static void kill_reader(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, reader, NULL);
+  usleep(20000);
+  pthread_kill(t, SIGUSR1);
+  usleep(200000);
+}
+
+static int child_case(const char *c) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sig;
+  if (!strcmp(c, "dfl")) {
+    signal(SIGUSR1, on_sig);
+    signal(SIGUSR1, SIG_DFL);
+    kill_reader();
+    return 3; /* not reached: SIGUSR1's default action */
+  }
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGUSR1, &sa, NULL);
+  if (!strcmp(c, "resethand"))
+    pthread_kill(pthread_self(), SIGUSR1);
+  else
+    raise(SIGUSR1);
+  struct sigaction now;
+  sigaction(SIGUSR1, NULL, &now);
+  if (hits != 1 || now.sa_handler != SIG_DFL) return 4;
+  kill_reader();
+  return 3;
+}
+
+/* The hook's library in this process (the hook scrubs it from
+ * LD_PRELOAD at start): given back to the copies, so they run on fibers
+ * too. */
+static char *hook_path(void) {
+  static char path[4096];
+  FILE *m = fopen("/proc/self/maps", "r");
+  char line[4096 + 128];
+  bool found = false;
+  while (m && !found && fgets(line, sizeof line, m)) {
+    char *p = strchr(line, '/');
+    if (p && strstr(p, "libiofiber-hook")) {
+      p[strcspn(p, "\n")] = '\0';
+      snprintf(path, sizeof path, "%s", p);
+      found = true;
+    }
+  }
+  if (m) fclose(m);
+  return found ? path : NULL;
+}
+
+/* Runs the case in a copy of this program: its wait status. */
+static int run_case(const char *c) {
+  extern char **environ;
+  char *hook = hook_path();
+  if (hook) {
+    setenv("LD_PRELOAD", hook, 1);
+    setenv("IOF_RUN", "1", 1);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    execle("/proc/self/exe", "thread_kill", c, (char *)NULL, environ);
+    _exit(127);
+  }
+  if (hook) {
+    unsetenv("LD_PRELOAD");
+    unsetenv("IOF_RUN");
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+  return st;
+}
+
+static void process_ends(void) {
+  static const char *cases[] = {"dfl", "resethand", "resethand_kernel"};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int st = run_case(cases[i]);
+    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGUSR1)) {
+      fprintf(stderr, "thread_kill: case %s: status %#x, not SIGUSR1's end\n",
+              cases[i], st);
+      failed = 1;
+    }
+  }
+}
+
 int main(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
   setvbuf(stdout, NULL, _IONBF, 0);
   if (pipe(pfd) != 0) return 1;
+  if (argc > 1) return child_case(argv[1]);
   bad_numbers();
+  stale_handlers();
+  process_ends();
   if (!failed) printf("thread_kill: all steps right\n");
   return failed;
 }
