@@ -89,15 +89,13 @@ static void watch(iof_io_context *io) {
 
 bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op, bool restartable) {
   if (!f) return false;
-  if (f != main_fiber) {
-    /* A fiber thread: pthread_kill interrupts it (see thread.c). Signals
-     * sent while it ran are handled now, before the call, as the kernel
-     * runs a handler before the thread's next system call. */
-    uint64_t pending;
-    bool reg = iof__cthread_intr_enter(f, op, restartable, &pending);
-    if (pending) (void)iof__compat_run_pending(pending);
-    return reg;
-  }
+  /* A fiber thread, main too: pthread_kill interrupts it (see thread.c).
+   * Signals sent while it ran are handled now, before the call, as the
+   * kernel runs a handler before the thread's next system call. */
+  uint64_t pending;
+  bool reg = iof__cthread_intr_enter(f, op, restartable, &pending);
+  if (pending) (void)iof__compat_run_pending(pending);
+  if (f != main_fiber) return reg;
   watch(iof__compat_io(f));
   /* waiting before the snapshot: a handler either ran before it (and
    * does not interrupt this call, as with the kernel) or sees waiting. */
@@ -109,25 +107,32 @@ bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op, bool restartable) {
   return true;
 }
 
+/* Whether handlers run after a wait (what iof__compat_run_pending says)
+ * end it with EINTR rather than restart it. */
+static bool interrupts(int ran, bool restartable) {
+  return ran & (restartable ? IOF__RAN_NORESTART : IOF__RAN_ANY);
+}
+
 int iof__compat_intr_leave(bool registered, int r) {
   if (!registered) return r;
   iof_fiber *f = iof_fiber_current();
+  bool restartable = false;
+  uint64_t pending = iof__cthread_intr_leave(f, &restartable);
   if (f != main_fiber) {
-    bool restartable = false;
-    uint64_t pending = iof__cthread_intr_leave(f, &restartable);
-    bool norestart = iof__compat_run_pending(pending);
-    if (r == -EINTR && restartable && !norestart)
-      return 0; /* only SA_RESTART handlers: the call goes on */
+    int ran = iof__compat_run_pending(pending);
+    if (r == -EINTR && !interrupts(ran, restartable))
+      return 0; /* only SA_RESTART handlers, or none: the call goes on */
     return r;
   }
-  bool restartable = mw.restartable;
   unsigned snap = restartable ? mw.snap_norestart : mw.snap_any;
   mw.op = NULL;
   /* Cleared before the deferred handlers are taken: a handler now either
    * finds main not waiting and runs where it is, or is taken here. */
   atomic_store(&waiting, false);
   run_deferred();
-  if (r == -EINTR && gen_for(restartable) == snap)
+  int ran = iof__compat_run_pending(pending); /* pthread_kill's */
+  if (r == -EINTR && gen_for(restartable) == snap &&
+      !interrupts(ran, restartable))
     return 0; /* only SA_RESTART handlers: the call goes on */
   return r;
 }
@@ -145,10 +150,13 @@ void iof__compat_signal_ran(int sig, int flags) {
 int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns) {
   if (f != main_fiber && deadline_ns >= 0)
     return iof__cthread_sleep(f, deadline_ns); /* a cancellation point */
-  iof_io_op op;
-  iof__io_op_init(&op, iof__compat_io(f), NULL, NULL, NULL);
-  bool reg = iof__compat_intr_enter(f, &op, false);
-  return iof__compat_intr_leave(reg, iof__io_wait(&op, deadline_ns));
+  for (;;) {
+    iof_io_op op;
+    iof__io_op_init(&op, iof__compat_io(f), NULL, NULL, NULL);
+    bool reg = iof__compat_intr_enter(f, &op, false);
+    int r = iof__compat_intr_leave(reg, iof__io_wait(&op, deadline_ns));
+    if (r != 0) return r; /* 0: woken for a signal that ran no handler */
+  }
 }
 
 int iof__compat_admit_fd(const sigset_t *mask) {
@@ -346,15 +354,16 @@ int iof__compat_run_handler(int sig) {
   return run_user(sig, &si, h, fl);
 }
 
-bool iof__compat_run_pending(uint64_t pending) {
-  bool norestart = false;
+int iof__compat_run_pending(uint64_t pending) {
+  int ran = 0;
   for (int s = 1; pending && s <= 64; s++) {
     if (!(pending & ((uint64_t)1 << (s - 1)))) continue;
     pending &= ~((uint64_t)1 << (s - 1));
     int fl = iof__compat_run_handler(s);
-    if (fl != -1 && !(fl & SA_RESTART)) norestart = true;
+    if (fl != -1) ran |= IOF__RAN_ANY;
+    if (fl != -1 && !(fl & SA_RESTART)) ran |= IOF__RAN_NORESTART;
   }
-  return norestart;
+  return ran;
 }
 
 static bool is_tramp(const struct sigaction *sa) {
@@ -451,6 +460,11 @@ int iof_compat_sigsuspend(const sigset_t *mask) {
 }
 
 static int sigsuspend_main(iof_fiber *f, const sigset_t *mask) {
+  /* pthread_kill's signals the mask lets in: delivered here. */
+  if (iof__compat_run_pending(iof__cthread_take_unblocked())) {
+    errno = EINTR;
+    return -1;
+  }
   for (;;) {
     /* A signal mask lets in that is pending now: delivered here. */
     if (iof__libc.pselect(0, NULL, NULL, NULL, &zero_ts, mask) < 0)

@@ -57,9 +57,11 @@ IOF_HIDDEN int iof__compat_disposition(int sig);
  * ran. */
 IOF_HIDDEN int iof__compat_run_handler(int sig);
 
-/* The signals pthread_kill left for a fiber thread (bits sig - 1), run in
- * order in the calling fiber; whether one of them lacked SA_RESTART. */
-IOF_HIDDEN bool iof__compat_run_pending(uint64_t pending);
+/* The signals pthread_kill left for a fiber thread (bits sig - 1),
+ * delivered in order in the calling fiber. Returns IOF__RAN_ANY when a
+ * handler ran, | IOF__RAN_NORESTART when one of those lacked SA_RESTART. */
+enum { IOF__RAN_ANY = 1, IOF__RAN_NORESTART = 2 };
+IOF_HIDDEN int iof__compat_run_pending(uint64_t pending);
 
 /* After a program's handler for sig returned (flags: its sa_flags).
  * Async-signal-safe; keeps errno. */

@@ -4,7 +4,10 @@
  * - the disposition at the time counts: after SIG_IGN (or a SIG_DFL that
  *   ignores) nothing runs, after SIG_DFL the default action ends the
  *   process, and SA_RESETHAND runs the handler once (through pthread_kill
- *   or the kernel), then the default action applies.
+ *   or the kernel), then the default action applies;
+ * - to main from another thread: the handler runs in main and main's
+ *   blocking read returns EINTR (goes on under SA_RESTART); main busy
+ *   elsewhere (pthread_join) runs it by its next call.
  * Run under iofiber-run, plainly and with the header swap; cases that end
  * the process run in a copy of this program (argv[1] names the case).
  * Exit 0: every step right; it prints what failed. */
@@ -78,6 +81,61 @@ static void stale_handlers(void) {
   CHECK(hits == h, "no handler ran after SIG_IGN or SIG_DFL");
   (void)!write(pfd[1], "x", 1);
   pthread_join(t, NULL);
+}
+
+static pthread_t main_id;
+static int mp[2];
+static atomic_bool main_done;
+
+/* pthread_kill(main) after 50 ms; a byte for main's read at ms (arg), or
+ * at 2 s if main is still waiting (so a lost signal fails, not hangs). */
+static void *kill_main(void *arg) {
+  long ms = (long)arg;
+  usleep(50000);
+  CHECK(pthread_kill(main_id, SIGUSR1) == 0, "pthread_kill(main)");
+  for (long t = 50; t < (ms ? ms : 2000) && !atomic_load(&main_done); t += 10)
+    usleep(10000);
+  if (!atomic_load(&main_done)) (void)!write(mp[1], "z", 1);
+  return NULL;
+}
+
+static void kill_to_main(void) {
+  if (pipe(mp) != 0) return;
+  main_id = pthread_self();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sig;
+  sigaction(SIGUSR1, &sa, NULL);
+  pthread_t t;
+  atomic_store(&main_done, false);
+  int h = hits;
+  pthread_create(&t, NULL, kill_main, NULL);
+  char c;
+  ssize_t r = read(mp[0], &c, 1);
+  atomic_store(&main_done, true);
+  CHECK(r == -1 && errno == EINTR && hits == h + 1,
+        "main's read cut by pthread_kill(main)");
+  pthread_join(t, NULL);
+
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, NULL);
+  atomic_store(&main_done, false);
+  h = hits;
+  pthread_create(&t, NULL, kill_main, (void *)150L);
+  r = read(mp[0], &c, 1);
+  atomic_store(&main_done, true);
+  CHECK(r == 1 && hits == h + 1, "SA_RESTART: main's read goes on");
+  pthread_join(t, NULL);
+
+  /* main in pthread_join, not in an interruptible call. */
+  h = hits;
+  pthread_create(&t, NULL, kill_main, (void *)60L);
+  pthread_join(t, NULL);
+  usleep(10000);
+  CHECK(hits == h + 1, "pthread_kill(main) while main joins");
+  close(mp[0]);
+  close(mp[1]);
+  signal(SIGUSR1, SIG_DFL);
 }
 
 /* ---- cases that end the process, each in a copy of this program ---- */
@@ -174,6 +232,7 @@ int main(int argc, char **argv) {
   if (argc > 1) return child_case(argv[1]);
   bad_numbers();
   stale_handlers();
+  kill_to_main();
   process_ends();
   if (!failed) printf("thread_kill: all steps right\n");
   return failed;
