@@ -498,12 +498,38 @@ static bool ts_ok(const struct timespec *ts) {
   return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000;
 }
 
+/* A signal of set pthread_kill left for the calling fiber thread, taken
+ * (0: none): pending for that thread alone, the kernel never saw it. */
+static int take_waited(const sigset_t *set, siginfo_t *info) {
+  int s = iof__cthread_take_waited(iof__sigset_bits(set));
+  if (s > 0 && info) {
+    memset(info, 0, sizeof *info);
+    info->si_signo = s;
+    info->si_code = SI_TKILL;
+    info->si_pid = getpid();
+    info->si_uid = getuid();
+  }
+  return s;
+}
+
+static int sigtimedwait_fiber(iof_fiber *f, const sigset_t *set,
+                              siginfo_t *info, int64_t deadline);
+
 /* Waits on a signalfd of set (which the thread blocks, as sigwait needs)
  * and takes the signal with a zero-timeout sigtimedwait, so the kernel
- * decides which one, exactly as for the blocking call. */
+ * decides which one, exactly as for the blocking call; pthread_kill's
+ * signals for this thread come first, as the kernel's thread-directed
+ * ones do. */
 int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
                             const struct timespec *timeout) {
   iof_fiber *f = iof__compat_fiber();
+  if (f && set && timeout && ts_ok(timeout) && !timeout->tv_sec &&
+      !timeout->tv_nsec) {
+    int saved = errno;
+    int s = take_waited(set, info);
+    if (s > 0) return s;
+    errno = saved;
+  }
   if (!f || !set ||
       (timeout && (!ts_ok(timeout) || (!timeout->tv_sec && !timeout->tv_nsec))))
     return iof__libc.sigtimedwait(set, info, timeout);
@@ -515,13 +541,37 @@ int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
             ? -1
             : now + (int64_t)timeout->tv_sec * 1000000000 + timeout->tv_nsec;
   }
+  bool own = iof__cthread_sigwaiting(true);
+  int r = sigtimedwait_fiber(f, set, info, deadline);
+  if (own) {
+    int e = errno;
+    iof__cthread_sigwaiting(false);
+    errno = e;
+  }
+  return r;
+}
+
+static int sigtimedwait_fiber(iof_fiber *f, const sigset_t *set,
+                              siginfo_t *info, int64_t deadline) {
   int saved = errno;
+  int s = take_waited(set, info);
+  if (s > 0) return s;
   int sfd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (sfd < 0) return iof__libc.sigtimedwait(set, info, timeout);
+  if (sfd < 0) {
+    struct timespec ts, *tp = NULL;
+    if (deadline >= 0) {
+      int64_t left = deadline - iof__now_ns();
+      if (left < 0) left = 0;
+      ts.tv_sec = (time_t)(left / 1000000000);
+      ts.tv_nsec = (long)(left % 1000000000);
+      tp = &ts;
+    }
+    return iof__libc.sigtimedwait(set, info, tp);
+  }
   iof__unwind g; /* closed if the thread exits (cancelled) meanwhile */
   (void)iof__cthread_guard_push(&g, close_fd, &sfd);
   for (;;) {
-    int s = iof__libc.sigtimedwait(set, info, &zero_ts);
+    s = iof__libc.sigtimedwait(set, info, &zero_ts);
     if (s > 0 || errno != EAGAIN) {
       int e = errno;
       iof__cthread_guard_pop(&g);
@@ -535,6 +585,13 @@ int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
     bool reg = iof__compat_intr_enter(f, &fw.op, false);
     int r = iof__compat_intr_leave(
         reg, iof__fd_wait_run(&fw, iof__compat_io(f), deadline));
+    s = take_waited(set, info);
+    if (s > 0) {
+      iof__cthread_guard_pop(&g);
+      iof__libc.close(sfd);
+      errno = saved;
+      return s;
+    }
     if (r < 0) {
       iof__cthread_guard_pop(&g);
       iof__libc.close(sfd);

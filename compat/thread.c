@@ -51,6 +51,7 @@ struct iof__cthread {
   bool done : 1, detached : 1, joining : 1;
   bool intr_restart : 1;   /* intr_op is one SA_RESTART restarts */
   bool cancel_pending : 1; /* pthread_cancel came */
+  bool sigwaiting : 1;     /* in the sigwait family */
   iof__waitq joiner;
   /* pthread_kill's signals for it (bit sig - 1) and its interruptible
    * wait, both under lk (see iof__cthread_intr_enter). */
@@ -63,6 +64,9 @@ struct iof__cthread {
 
 /* What a never-joined thread keeps (documented in docs/porting.md). */
 _Static_assert(sizeof(struct iof__cthread) <= 104, "join record size");
+
+/* intr_op is one SA_RESTART restarts; the thread waits in the sigwait
+ * family (any signal pthread_kill leaves it ends its wait). */
 
 static atomic_long live_threads;
 static void (*_Atomic idle_hook)(void);
@@ -756,7 +760,8 @@ int iof_compat_pthread_kill(pthread_t thread, int sig) {
   iof__lk_lock(&t->lk);
   if (t->fiber) {
     t->sig_pending |= sig_bit(sig);
-    if (t->intr_op && !blocked) (void)iof__io_complete(t->intr_op, -EINTR);
+    if (t->intr_op && (!blocked || t->sigwaiting))
+      (void)iof__io_complete(t->intr_op, -EINTR);
   }
   iof__lk_unlock(&t->lk);
   return 0;
@@ -765,6 +770,26 @@ int iof_compat_pthread_kill(pthread_t thread, int sig) {
 _Atomic uint64_t *iof__cthread_sigmask(iof_fiber *f) {
   iof__cthread *t = record_of_fiber(f);
   return t ? &t->sigmask : NULL;
+}
+
+bool iof__cthread_sigwaiting(bool on) {
+  iof__cthread *t = self_record();
+  if (!t) return false;
+  iof__lk_lock(&t->lk);
+  t->sigwaiting = on;
+  iof__lk_unlock(&t->lk);
+  return true;
+}
+
+int iof__cthread_take_waited(uint64_t set) {
+  iof__cthread *t = self_record();
+  if (!t) return 0;
+  iof__lk_lock(&t->lk);
+  uint64_t p = t->sig_pending & set;
+  int sig = p ? __builtin_ctzll(p) + 1 : 0; /* the lowest, as the kernel */
+  if (sig) t->sig_pending &= ~sig_bit(sig);
+  iof__lk_unlock(&t->lk);
+  return sig;
 }
 
 uint64_t iof__cthread_take_unblocked(void) {

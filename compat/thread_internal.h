@@ -69,6 +69,14 @@ IOF_HIDDEN int iof__cthread_sleep(iof_fiber *f, int64_t deadline_ns);
 IOF_HIDDEN _Atomic uint64_t *iof__cthread_sigmask(iof_fiber *f);
 IOF_HIDDEN uint64_t iof__cthread_take_unblocked(void);
 
+/* The calling fiber thread enters (on) or leaves the sigwait family:
+ * meanwhile a signal pthread_kill leaves for it ends its wait even when
+ * it blocks it. false outside fiber threads. take_waited takes the lowest
+ * signal of set (bits sig - 1) pthread_kill left for the calling thread,
+ * blocked or not (0: none). */
+IOF_HIDDEN bool iof__cthread_sigwaiting(bool on);
+IOF_HIDDEN int iof__cthread_take_waited(uint64_t set);
+
 /* Who owns a lock: the running fiber, or outside fibers a per-thread
  * token (not the thread's fiber state, which it need not have). */
 IOF_HIDDEN void *iof__cthr_self(void);

@@ -7,7 +7,10 @@
  *   or the kernel), then the default action applies;
  * - to main from another thread: the handler runs in main and main's
  *   blocking read returns EINTR (goes on under SA_RESTART); main busy
- *   elsewhere (pthread_join) runs it by its next call.
+ *   elsewhere (pthread_join) runs it by its next call;
+ * - to a thread that blocks the signal and waits for it in sigwait or
+ *   sigtimedwait: pending for that thread alone, those return it, with or
+ *   without a handler, whether or not the other threads block it.
  * Run under iofiber-run, plainly and with the header swap; cases that end
  * the process run in a copy of this program (argv[1] names the case).
  * Exit 0: every step right; it prints what failed. */
@@ -138,6 +141,60 @@ static void kill_to_main(void) {
   signal(SIGUSR1, SIG_DFL);
 }
 
+static sigset_t waited;
+static atomic_int waiter_got;
+
+static void *sig_waiter(void *arg) {
+  int sig = 0;
+  pthread_sigmask(SIG_BLOCK, &waited, NULL);
+  if (arg) {
+    siginfo_t si;
+    struct timespec two = {2, 0};
+    sig = sigtimedwait(&waited, &si, &two);
+    if (sig > 0 && si.si_signo != sig) sig = -2;
+  } else if (sigwait(&waited, &sig) != 0) {
+    sig = -1;
+  }
+  atomic_store(&waiter_got, sig);
+  return NULL;
+}
+
+static void kill_to_sigwait(void) {
+  /* No handler, main leaves it open: the process must not get it. */
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGUSR2);
+  pthread_t t;
+  atomic_store(&waiter_got, 0);
+  pthread_create(&t, NULL, sig_waiter, NULL);
+  usleep(30000);
+  CHECK(pthread_kill(t, SIGUSR2) == 0, "pthread_kill to sigwait");
+  for (int i = 0; i < 200 && !atomic_load(&waiter_got); i++) usleep(10000);
+  bool late = !atomic_load(&waiter_got);
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &waited, &old);
+  if (late) kill(getpid(), SIGUSR2); /* a lost one fails, not hangs */
+  pthread_join(t, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  CHECK(!late && atomic_load(&waiter_got) == SIGUSR2,
+        "sigwait takes pthread_kill's");
+
+  /* A handler, and every thread blocks it. */
+  signal(SIGUSR1, on_sig);
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &waited, &old);
+  int h = hits;
+  atomic_store(&waiter_got, 0);
+  pthread_create(&t, NULL, sig_waiter, (void *)1);
+  usleep(30000);
+  CHECK(pthread_kill(t, SIGUSR1) == 0, "pthread_kill to sigtimedwait");
+  pthread_join(t, NULL);
+  CHECK(atomic_load(&waiter_got) == SIGUSR1 && hits == h,
+        "sigtimedwait takes it, no handler run");
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  signal(SIGUSR1, SIG_DFL);
+}
+
 /* ---- cases that end the process, each in a copy of this program ---- */
 
 /* Sends SIGUSR1 to a thread (blocked in read) with pthread_kill. */
@@ -233,6 +290,7 @@ int main(int argc, char **argv) {
   bad_numbers();
   stale_handlers();
   kill_to_main();
+  kill_to_sigwait();
   process_ends();
   if (!failed) printf("thread_kill: all steps right\n");
   return failed;
