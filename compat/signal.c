@@ -551,23 +551,41 @@ int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
   return r;
 }
 
+/* No fd for a signalfd (EMFILE): checks with a zero timeout, the fiber
+ * sleeping between checks (1 ms, growing to 8 ms), as the plain call
+ * would block the whole OS thread. */
+static int sigtimedwait_poll(iof_fiber *f, const sigset_t *set, siginfo_t *info,
+                             int64_t deadline) {
+  int saved = errno;
+  int64_t step = 1000000;
+  for (;;) {
+    int s = take_waited(set, info);
+    if (s <= 0) s = iof__libc.sigtimedwait(set, info, &zero_ts);
+    if (s > 0 || errno != EAGAIN) {
+      if (s > 0) errno = saved;
+      return s;
+    }
+    int64_t now = iof__now_ns();
+    if (deadline >= 0 && now >= deadline) return -1; /* EAGAIN */
+    int64_t until =
+        deadline >= 0 && deadline - now < step ? deadline : now + step;
+    int r = iof__compat_intr_sleep(f, until);
+    if (r != -ETIMEDOUT) {
+      s = take_waited(set, info);
+      errno = s > 0 ? saved : -r;
+      return s > 0 ? s : -1;
+    }
+    if (step < 8000000) step *= 2;
+  }
+}
+
 static int sigtimedwait_fiber(iof_fiber *f, const sigset_t *set,
                               siginfo_t *info, int64_t deadline) {
   int saved = errno;
   int s = take_waited(set, info);
   if (s > 0) return s;
   int sfd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (sfd < 0) {
-    struct timespec ts, *tp = NULL;
-    if (deadline >= 0) {
-      int64_t left = deadline - iof__now_ns();
-      if (left < 0) left = 0;
-      ts.tv_sec = (time_t)(left / 1000000000);
-      ts.tv_nsec = (long)(left % 1000000000);
-      tp = &ts;
-    }
-    return iof__libc.sigtimedwait(set, info, tp);
-  }
+  if (sfd < 0) return sigtimedwait_poll(f, set, info, deadline);
   iof__unwind g; /* closed if the thread exits (cancelled) meanwhile */
   (void)iof__cthread_guard_push(&g, close_fd, &sfd);
   for (;;) {

@@ -10,11 +10,14 @@
  *   elsewhere (pthread_join) runs it by its next call;
  * - to a thread that blocks the signal and waits for it in sigwait or
  *   sigtimedwait: pending for that thread alone, those return it, with or
- *   without a handler, whether or not the other threads block it.
+ *   without a handler, whether or not the other threads block it;
+ * - sigtimedwait with no fd left (EMFILE) still lets the other threads
+ *   run: one of them sends the signal it waits for.
  * Run under iofiber-run, plainly and with the header swap; cases that end
  * the process run in a copy of this program (argv[1] names the case).
  * Exit 0: every step right; it prints what failed. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -195,6 +198,47 @@ static void kill_to_sigwait(void) {
   signal(SIGUSR1, SIG_DFL);
 }
 
+/* To main after 50 ms: pthread_kill (arg NULL), or kill. */
+static void *signal_main_later(void *arg) {
+  usleep(50000);
+  if (arg)
+    kill(getpid(), SIGUSR2);
+  else
+    pthread_kill(main_id, SIGUSR2);
+  return NULL;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void sigwait_no_fd(void) {
+  main_id = pthread_self();
+  sigset_t b, old;
+  sigemptyset(&b);
+  sigaddset(&b, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &b, &old);
+  for (long how = 0; how < 2; how++) {
+    pthread_t t;
+    pthread_create(&t, NULL, signal_main_later, (void *)how);
+    static int fds[1 << 16];
+    int n = 0, fd;
+    while (n < (1 << 16) && (fd = open("/dev/null", O_RDONLY)) >= 0)
+      fds[n++] = fd;
+    struct timespec two = {2, 0};
+    double t0 = now();
+    int s = sigtimedwait(&b, NULL, &two);
+    double took = now() - t0;
+    while (n > 0) close(fds[--n]);
+    CHECK(s == SIGUSR2 && took < 1, how ? "EMFILE: sigtimedwait gets kill's"
+                                        : "EMFILE: gets pthread_kill's");
+    pthread_join(t, NULL);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 /* ---- cases that end the process, each in a copy of this program ---- */
 
 /* Sends SIGUSR1 to a thread (blocked in read) with pthread_kill. */
@@ -291,6 +335,7 @@ int main(int argc, char **argv) {
   stale_handlers();
   kill_to_main();
   kill_to_sigwait();
+  sigwait_no_fd();
   process_ends();
   if (!failed) printf("thread_kill: all steps right\n");
   return failed;
