@@ -27,14 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failed;
-#define CHECK(cond, what)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "cancel: %s: %s\n", what, #cond);                        \
-      failed = 1;                                                              \
-    }                                                                          \
-  } while (0)
+#define STEPS_NAME "cancel"
+#include "steps.h"
 
 static double now_s(void) {
   struct timespec ts;

@@ -20,15 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failed;
-#define CHECK(cond, what)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "forked_fds: %s: %s (errno %s)\n", what, #cond,          \
-              strerror(errno));                                                \
-      failed = 1;                                                              \
-    }                                                                          \
-  } while (0)
+#define STEPS_NAME "forked_fds"
+#include "steps.h"
 
 static double now(void) {
   struct timespec t;

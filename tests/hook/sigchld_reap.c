@@ -14,15 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failed;
-#define CHECK(cond, what)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "sigchld_reap: %s: %s (errno %s)\n", what, #cond,        \
-              strerror(errno));                                                \
-      failed = 1;                                                              \
-    }                                                                          \
-  } while (0)
+#define STEPS_NAME "sigchld_reap"
+#include "steps.h"
 
 static volatile sig_atomic_t reaped;
 

@@ -39,15 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failed;
-#define CHECK(cond, what)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "signals: %s: %s (errno %s)\n", what, #cond,             \
-              strerror(errno));                                                \
-      failed = 1;                                                              \
-    }                                                                          \
-  } while (0)
+#define STEPS_NAME "signals"
+#include "steps.h"
 
 static volatile sig_atomic_t hits;
 static void on_sig(int s) {

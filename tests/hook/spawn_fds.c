@@ -20,15 +20,8 @@
 
 extern char **environ;
 
-static int failed;
-#define CHECK(cond, what)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "spawn_fds: %s: %s (errno %s)\n", what, #cond,           \
-              strerror(errno));                                                \
-      failed = 1;                                                              \
-    }                                                                          \
-  } while (0)
+#define STEPS_NAME "spawn_fds"
+#include "steps.h"
 
 /* A connection's thread: echoes until EOF. */
 static void *echo(void *arg) {

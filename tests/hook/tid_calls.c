@@ -20,14 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failed;
-#define CHECK(cond, what)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "tid_calls: %s: %s\n", what, #cond);                     \
-      failed = 1;                                                              \
-    }                                                                          \
-  } while (0)
+#define STEPS_NAME "tid_calls"
+#include "steps.h"
 
 static void *sleeper(void *a) {
   usleep(300000);
