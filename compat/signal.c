@@ -585,7 +585,10 @@ static int sigtimedwait_fiber(iof_fiber *f, const sigset_t *set,
   int s = take_waited(set, info);
   if (s > 0) return s;
   int sfd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (sfd < 0) return sigtimedwait_poll(f, set, info, deadline);
+  if (sfd < 0) {
+    errno = saved; /* EMFILE is not the caller's */
+    return sigtimedwait_poll(f, set, info, deadline);
+  }
   iof__unwind g; /* closed if the thread exits (cancelled) meanwhile */
   (void)iof__cthread_guard_push(&g, close_fd, &sfd);
   for (;;) {

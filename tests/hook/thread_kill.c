@@ -222,11 +222,14 @@ static void sigwait_no_fd(void) {
       fds[n++] = fd;
     struct timespec two = {2, 0};
     double t0 = now();
+    errno = 0;
     int s = sigtimedwait(&b, NULL, &two);
+    int e = errno;
     double took = now() - t0;
     while (n > 0) close(fds[--n]);
     CHECK(s == SIGUSR2 && took < 1, how ? "EMFILE: sigtimedwait gets kill's"
                                         : "EMFILE: gets pthread_kill's");
+    CHECK(e == 0, "EMFILE: errno kept on success");
     pthread_join(t, NULL);
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
