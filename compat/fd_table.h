@@ -125,6 +125,11 @@ IOF_HIDDEN extern bool iof__compat_forked;
  * runtime made it non-blocking (io.c). */
 IOF_HIDDEN void iof__compat_child_std_blocking(int fd);
 
+/* fd back to blocking mode when the runtime alone made it non-blocking
+ * (the program's own view, compat's F_GETFL, says blocking), for a
+ * program that will use it (io.c). */
+IOF_HIDDEN void iof__fd_user_blocking(int fd);
+
 /* Before a program is started (posix_spawn, system, popen, an exec in a
  * forked child): the fds it will use go back to blocking mode where only
  * the runtime made them non-blocking: 0-2, inheritable pipes and other

@@ -536,7 +536,10 @@ static bool dup_ok(int fd, int fd2) {
  * mode when only the runtime made it non-blocking: the child usually execs
  * a program that reads its stdin plainly (a CGI's pipe dup'ed onto 0). */
 void iof__compat_child_std_blocking(int fd) {
-  if (!iof__compat_forked || fd < 0 || fd > 2) return;
+  if (iof__compat_forked && fd >= 0 && fd <= 2) iof__fd_user_blocking(fd);
+}
+
+void iof__fd_user_blocking(int fd) {
   iof__fd_slot *s = iof__fd_slot_peek(fd);
   unsigned st = s ? atomic_load(&s->flags) : 0;
   if (!(st & IOF__FD_RT_NB) || (st & IOF__FD_USER_NB)) return;

@@ -65,29 +65,29 @@ static bool check_before_handlers(bool reg, int r, wait_check *c) {
 }
 
 /* One wait between two checks: 0 (check again), 1 (c answered) or
- * -errno. */
+ * -errno. On the child's pidfd when there is one, else a pause. */
 static int wait_between(iof_fiber *f, int pfd, int64_t *pause_ns,
                         wait_check *c) {
   iof_io_context *io = iof__compat_io(f);
+  int64_t deadline = iof__now_ns() + *pause_ns;
+  iof__fd_wait fw = {0};
+  iof_io_op op;
+  bool reg;
   int r;
   if (pfd >= 0) {
-    iof__fd_wait fw = {0};
     fw.fd = pfd;
     fw.events = EV_READ;
-    bool reg = iof__compat_intr_enter(f, &fw.op, true);
-    r = iof__fd_wait_run(&fw, io, iof__now_ns() + *pause_ns);
-    if (check_before_handlers(reg, r, c)) return 1;
-    r = iof__compat_intr_leave(reg, r);
-    if (*pause_ns < PIDFD_PAUSE_MAX_NS) *pause_ns *= 2;
+    reg = iof__compat_intr_enter(f, &fw.op, true);
+    r = iof__fd_wait_run(&fw, io, deadline);
   } else {
-    iof_io_op op;
     iof__io_op_init(&op, io, NULL, NULL, NULL);
-    bool reg = iof__compat_intr_enter(f, &op, true);
-    r = iof__io_wait(&op, iof__now_ns() + *pause_ns);
-    if (check_before_handlers(reg, r, c)) return 1;
-    r = iof__compat_intr_leave(reg, r);
-    if (*pause_ns < PAUSE_MAX_NS) *pause_ns *= 2;
+    reg = iof__compat_intr_enter(f, &op, true);
+    r = iof__io_wait(&op, deadline);
   }
+  if (check_before_handlers(reg, r, c)) return 1;
+  r = iof__compat_intr_leave(reg, r);
+  if (*pause_ns < (pfd >= 0 ? PIDFD_PAUSE_MAX_NS : PAUSE_MAX_NS))
+    *pause_ns *= 2;
   return r == -ETIMEDOUT ? 0 : r;
 }
 

@@ -57,17 +57,6 @@ static int child_view(const posix_spawn_file_actions_t *fa, int fd) {
   return v;
 }
 
-/* Back to blocking mode when the runtime alone made fd non-blocking (the
- * program's own view, compat's F_GETFL, says blocking). */
-static void restore(int fd) {
-  int k = iof__libc.fcntl(fd, F_GETFL);
-  if (k < 0 || !(k & O_NONBLOCK)) return;
-  iof__fd_slot *s = iof__fd_slot_peek(fd);
-  unsigned st = s ? atomic_load(&s->flags) : 0;
-  if ((st & IOF__FD_RT_NB) && !(st & IOF__FD_USER_NB))
-    (void)iof__libc.fcntl(fd, F_SETFL, k & ~O_NONBLOCK);
-}
-
 /* Sockets above the standard streams stay non-blocking unless the child
  * gets them as a copy (posix_spawn's dup2): a child inherits a server's
  * accepted sockets without close-on-exec but does not use them, and the
@@ -86,7 +75,7 @@ static void consider(int fd, const child_filter *f) {
   if (fstat(fd, &sb) != 0) return;
   if (f->pipes_only && !S_ISFIFO(sb.st_mode)) return;
   if (S_ISSOCK(sb.st_mode) && fd > 2 && view != CHILD_COPY) return;
-  restore(fd);
+  iof__fd_user_blocking(fd);
 }
 
 void iof__compat_child_fds(bool inheritable_only, bool pipes_only,

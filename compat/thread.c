@@ -51,7 +51,8 @@ struct iof__cthread {
   bool done : 1, detached : 1, joining : 1;
   bool intr_restart : 1;   /* intr_op is one SA_RESTART restarts */
   bool cancel_pending : 1; /* pthread_cancel came */
-  bool sigwaiting : 1;     /* in the sigwait family */
+  bool sigwaiting : 1;     /* in the sigwait family: any pthread_kill ends
+                              its wait, blocked or not */
   iof__waitq joiner;
   /* pthread_kill's signals for it (bit sig - 1) and its interruptible
    * wait, both under lk (see iof__cthread_intr_enter). */
@@ -64,9 +65,6 @@ struct iof__cthread {
 
 /* What a never-joined thread keeps (documented in docs/porting.md). */
 _Static_assert(sizeof(struct iof__cthread) <= 104, "join record size");
-
-/* intr_op is one SA_RESTART restarts; the thread waits in the sigwait
- * family (any signal pthread_kill leaves it ends its wait). */
 
 static atomic_long live_threads;
 static void (*_Atomic idle_hook)(void);

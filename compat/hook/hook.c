@@ -628,39 +628,32 @@ IOF_HOOK_API void pthread_exit(void *r) {
   __builtin_unreachable();
 }
 
-IOF_HOOK_API void pthread_testcancel(void) {
-  if (iof_compat_pthread_testcancel && iof__hook_in_fiber()) {
-    count(H_pthread_testcancel, C_FIBER);
-    iof_compat_pthread_testcancel();
-    return;
+/* A void call that compat takes from fibers (cancel state, cleanup
+ * buffers); everyone else gets libc's. */
+#define DEF_VOID_FROM_FIBER(name, compat, params, args)                        \
+  IOF_HOOK_API void name params {                                              \
+    if (compat && iof__hook_in_fiber()) {                                      \
+      count(H_##name, C_FIBER);                                                \
+      compat args;                                                             \
+      return;                                                                  \
+    }                                                                          \
+    count(H_##name, C_PLAIN);                                                  \
+    REAL(name) args;                                                           \
   }
-  count(H_pthread_testcancel, C_PLAIN);
-  REAL(pthread_testcancel)();
-}
+
+DEF_VOID_FROM_FIBER(pthread_testcancel, iof_compat_pthread_testcancel, (void),
+                    ())
 
 /* What glibc's C pthread_cleanup_push/pop expand to: a fiber thread's
  * buffers are chained in its own record, not in the descriptor of the OS
  * thread its fibers share. A buffer is always unregistered (or unwound)
  * by the fiber that registered it, so both sides route alike. */
-IOF_HOOK_API void __pthread_register_cancel(__pthread_unwind_buf_t *b) {
-  if (iof_compat_pthread_register_cancel && iof__hook_in_fiber()) {
-    count(H___pthread_register_cancel, C_FIBER);
-    iof_compat_pthread_register_cancel(b);
-    return;
-  }
-  count(H___pthread_register_cancel, C_PLAIN);
-  REAL(__pthread_register_cancel)(b);
-}
-
-IOF_HOOK_API void __pthread_unregister_cancel(__pthread_unwind_buf_t *b) {
-  if (iof_compat_pthread_unregister_cancel && iof__hook_in_fiber()) {
-    count(H___pthread_unregister_cancel, C_FIBER);
-    iof_compat_pthread_unregister_cancel(b);
-    return;
-  }
-  count(H___pthread_unregister_cancel, C_PLAIN);
-  REAL(__pthread_unregister_cancel)(b);
-}
+DEF_VOID_FROM_FIBER(__pthread_register_cancel,
+                    iof_compat_pthread_register_cancel,
+                    (__pthread_unwind_buf_t * b), (b))
+DEF_VOID_FROM_FIBER(__pthread_unregister_cancel,
+                    iof_compat_pthread_unregister_cancel,
+                    (__pthread_unwind_buf_t * b), (b))
 
 IOF_HOOK_API void __pthread_unwind_next(__pthread_unwind_buf_t *b) {
   if (iof_compat_pthread_unwind_next && iof__hook_in_fiber())
