@@ -179,6 +179,7 @@ int iof_main_ex(iof_fn fn, void *arg, const iof_main_opts *opts) {
       break;
   (void)iof_io_context_run(G.io[0]);
   stop_all();
+  iof__cthread_main_tls_back();
   for (unsigned i = 1; i < started; i++) iof__libc.pthread_join(tid[i], NULL);
   r = atomic_load(&G.main_state) == 1 ? mc.status : 0;
   if (iof__cthread_live() > 0) {

@@ -30,13 +30,22 @@
  * pthread_cancel under lk too). */
 typedef struct thread_run {
   jmp_buf end;
-  iof__unwind *chain;  /* newest first */
-  iof__wait *cancel_w; /* the cancellation point it waits in, or NULL */
-  bool cancel_woke;    /* pthread_cancel ended that wait */
-  bool cancel_off;     /* PTHREAD_CANCEL_DISABLE */
-  bool cancel_async;   /* the type asked for (acts as deferred) */
-  bool exiting;        /* unwinding: no more cancellation */
+  iof__unwind *chain;     /* newest first */
+  iof__wait *cancel_w;    /* the cancellation point it waits in, or NULL */
+  bool cancel_woke;       /* pthread_cancel ended that wait */
+  bool cancel_off;        /* PTHREAD_CANCEL_DISABLE */
+  bool cancel_async;      /* the type asked for (acts as deferred) */
+  bool exiting;           /* unwinding: no more cancellation */
+  struct tls_dtor *dtors; /* thread_local destructors, newest first */
 } thread_run;
+
+/* A destructor of one of the thread's own thread-locals (C++ thread_local
+ * objects register them through __cxa_thread_atexit_impl). */
+typedef struct tls_dtor {
+  struct tls_dtor *next;
+  void (*fn)(void *);
+  void *obj;
+} tls_dtor;
 
 struct iof__cthread {
   void *(*fn)(void *);
@@ -44,9 +53,10 @@ struct iof__cthread {
   void *ret;        /* before it runs: a name given meanwhile (malloc'd) */
   thread_run *run;  /* on the fiber's stack while it runs (under lk) */
   iof_fiber *fiber; /* while it runs (under lk) */
-  size_t stack;
   void (*on_end)(void *ret);
+  iof__tls_area *tls; /* its thread-locals, or NULL (the OS thread's) */
   atomic_int lk;
+  uint32_t stack; /* at most IOF_FIBER_STACK_MAX */
   /* Under lk. Bit-fields: the record's size is documented. */
   bool done : 1, detached : 1, joining : 1;
   bool intr_restart : 1;   /* intr_op is one SA_RESTART restarts */
@@ -64,7 +74,7 @@ struct iof__cthread {
 };
 
 /* What a never-joined thread keeps (documented in docs/porting.md). */
-_Static_assert(sizeof(struct iof__cthread) <= 104, "join record size");
+_Static_assert(sizeof(struct iof__cthread) <= 112, "join record size");
 
 static atomic_long live_threads;
 static void (*_Atomic idle_hook)(void);
@@ -89,9 +99,21 @@ static int thread_main(void *p) {
   }
   t->run = &run;
   iof__lk_unlock(&t->lk);
+  if (t->tls) iof__tls_attach(t->tls);
   iof__sigmask_host_enter(atomic_load(&t->sigmask));
   if (!setjmp(run.end)) t->ret = t->fn(t->arg);
+  /* As glibc: thread_local destructors, then (at the fiber's end) keys'. */
+  while (run.dtors) {
+    tls_dtor *d = run.dtors;
+    run.dtors = d->next;
+    d->fn(d->obj);
+    free(d);
+  }
   iof__sigmask_host_leave(atomic_load(&t->sigmask));
+  if (t->tls) {
+    iof__tls_detach();
+    t->tls = NULL;
+  }
   iof__lk_lock(&t->lk);
   t->fiber = NULL;
   t->run = NULL;
@@ -194,17 +216,38 @@ static iof_frame_allocator *class_allocator(size_t *stack) {
   return iof_stack_pool_allocator(p);
 }
 
+/* main's thread-locals, for iof__cthread_main_tls_back. */
+static iof__tls_area *main_tls;
+
+void iof__cthread_main_tls_back(void) {
+  iof__tls_area *a = main_tls;
+  main_tls = NULL;
+  if (a) iof__tls_restore(a);
+}
+
 int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
                        void *(*fn)(void *), void *arg,
                        void (*on_end)(void *ret), pthread_t *out) {
   iof_frame_allocator *alloc = class_allocator(&stack);
   iof__cthread *t = calloc(1, sizeof *t);
   if (!t) return -ENOMEM;
+  /* main (no fiber yet) keeps the values the OS thread has, and gives
+   * them back at iof_main's end; a thread created later starts from the
+   * initial ones, as a new thread does. */
+  bool is_main = iof__cthr_fiber() == NULL;
+  if (iof__tls_area_new(is_main, &t->tls) < 0) {
+    free(t);
+    return -ENOMEM;
+  }
+  if (is_main && t->tls) {
+    iof__tls_area_ref(t->tls);
+    main_tls = t->tls;
+  }
   t->fn = fn;
   t->arg = arg;
   t->on_end = on_end;
   t->detached = detached;
-  t->stack = stack;
+  t->stack = (uint32_t)stack;
   atomic_init(&t->sigmask, iof__sigmask_current()); /* as pthread_create */
   /* The id is published before the thread can run (it may read it). */
   if (out) *out = (pthread_t)((uintptr_t)t | 1);
@@ -216,6 +259,13 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
   int r = iof__run_async_ex(ex, &o, thread_main, t, thread_freed);
   if (r < 0) {
     atomic_fetch_sub(&live_threads, 1);
+    if (t->tls) {
+      if (t->tls == main_tls) {
+        main_tls = NULL;
+        iof__tls_area_free(t->tls);
+      }
+      iof__tls_area_free(t->tls);
+    }
     free(t);
   }
   return r;
@@ -587,6 +637,18 @@ static int join(pthread_t thread, void **retval, int64_t deadline_ns,
   }
   if (retval) *retval = t->ret;
   free(t);
+  return 0;
+}
+
+int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
+                                      void *dso) {
+  (void)dso;
+  iof__cthread *t = self_record();
+  if (!t || !t->tls || !fn || !iof__tls_owns(obj, 1)) return -ESRCH;
+  tls_dtor *d = malloc(sizeof *d);
+  if (!d) return -ENOMEM;
+  *d = (tls_dtor){t->run->dtors, fn, obj};
+  t->run->dtors = d;
   return 0;
 }
 

@@ -134,6 +134,10 @@ IOF_HIDDEN int iof__cthread_start(iof_executor_ref ex, size_t stack,
                                   bool detached, void *(*fn)(void *), void *arg,
                                   void (*on_end)(void *ret), pthread_t *out);
 
+/* After iof_main's contexts stopped: main's last thread-locals become the
+ * calling thread's own again (other fiber threads ran there meanwhile). */
+IOF_HIDDEN void iof__cthread_main_tls_back(void);
+
 /* The pool of fiber thread stacks of class `size` (a power of two), or
  * NULL if none was made (tests). */
 IOF_HIDDEN iof_stack_pool *iof__compat_stack_class(size_t size);

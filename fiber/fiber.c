@@ -44,6 +44,7 @@ static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
 static void thread_exit(void *p) {
   iof_thread_state *th = p;
   if (th->root.fls) iof__fls_run_destructors(&th->root);
+  if (th->tls_cur) iof__tls_thread_end(th);
 }
 
 static void make_thread_key(void) {
@@ -58,6 +59,7 @@ static __attribute__((noinline)) void thread_init(iof_thread_state *th) {
   iof__libc_init();
   set_state(&th->root.state, IOF_FS_RUNNING);
   th->current = &th->root;
+  th->tp = __builtin_thread_pointer();
 #ifdef IOF_TSAN
   th->root.tsan_fiber = __tsan_get_current_fiber();
 #endif
@@ -131,6 +133,7 @@ static inline iof_fiber *land(iof_transfer t) {
 static inline void announce(iof_thread_state *th, iof_fiber *from,
                             iof_fiber *to, int kind) {
   th->current = to;
+  if (__builtin_expect(to->tls_on, 0)) iof__tls_enter(th, to->tls);
 #ifdef IOF_ASAN
   __sanitizer_start_switch_fiber(kind == SW_EXIT ? NULL : &from->asan_fake,
                                  to->stack_lo, to->stack_len);
@@ -418,6 +421,7 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   set_state(&f->state, IOF_FS_CREATED);
   f->status = 0;
   f->queued = false;
+  f->tls_on = false; /* tls is read only when set */
   f->fn = fn;
   f->arg = arg;
   f->next = NULL;

@@ -3,6 +3,8 @@
 #define IOF_FIBER_INTERNAL_H
 
 #include <iofiber/fiber.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "fiber/fcontext.h"
@@ -30,6 +32,9 @@ struct iof_fiber {
    * iof__q_pop): only that context may run or free it, so the public
    * resume, destroy and iof_launch_cancel refuse it. */
   bool queued;
+  /* It has thread-locals of its own (tls, thread_locals.c): read on every
+   * switch into it, so kept in the line of ctx. */
+  bool tls_on;
   iof_fn fn;
   void *arg;
   /* Used by sched/: the intrusive run-queue link, the launch record kept in
@@ -56,6 +61,7 @@ struct iof_fiber {
   size_t stack_len;
   void *tsan_fiber;
   unsigned vg_id;
+  struct iof__tls_area *tls; /* its thread-locals while tls_on */
 };
 
 /* Per-thread state. `root` stands for the thread's own stack. */
@@ -66,6 +72,10 @@ typedef struct iof_thread_state {
   /* sched/'s run marks (iof_run_mark), innermost first: which contexts
    * this thread is running now. Here so one look-up gives both. */
   void *marks;
+  /* Thread-locals (thread_locals.c): the area that last entered this
+   * thread (it holds a reference), and the thread pointer. */
+  struct iof__tls_area *tls_cur;
+  char *tp;
 } iof_thread_state;
 
 /* Never inlined: a fiber may resume on another thread, and the compiler
@@ -127,6 +137,54 @@ static inline iof_thread_state *iof__thread_fast(void) {
 
 /* The thread's state if it has run fibers, else NULL; async-signal-safe. */
 IOF_HIDDEN iof_thread_state *iof__thread_peek(void);
+
+/* Per-fiber thread-locals (thread_locals.c). A fiber thread of compat
+ * keeps the program's own __thread variables (the executable's TLS block)
+ * in an area; the values are put in place when it is switched in on a
+ * thread where another area was, and saved then. `home` is the thread
+ * whose block holds the area's live values (NULL: they are in buf). */
+typedef struct iof__tls_area {
+  _Atomic(iof_thread_state *) home;
+  atomic_int refs; /* the owner's, and each thread's tls_cur */
+  atomic_flag lk;  /* held while values move in or out */
+  _Alignas(16) unsigned char buf[];
+} iof__tls_area;
+
+/* A new area for a fiber thread: the variables' initial values, or with
+ * inherit the calling thread's current ones (main). *out is NULL when the
+ * program has none to keep apart. 0 or -ENOMEM. */
+IOF_HIDDEN int iof__tls_area_new(bool inherit, iof__tls_area **out);
+IOF_HIDDEN void iof__tls_area_free(iof__tls_area *a); /* never attached */
+
+/* The running fiber takes a (from iof__tls_area_new, not NULL) as its
+ * thread-locals; detach gives them up at its end and drops the owner's
+ * reference (a is freed when no thread holds it). */
+IOF_HIDDEN void iof__tls_attach(iof__tls_area *a);
+IOF_HIDDEN void iof__tls_detach(void);
+
+/* An extra reference to a, for iof__tls_restore: outside fibers, puts a's
+ * last values (its fiber ended, or is suspended) in the calling thread's
+ * blocks, as the thread's own, and drops that reference. */
+IOF_HIDDEN void iof__tls_area_ref(iof__tls_area *a);
+IOF_HIDDEN void iof__tls_restore(iof__tls_area *a);
+
+/* The block of the calling fiber's thread-locals that holds addr (size
+ * bytes), or false: whether addr is one of its own thread-locals. */
+IOF_HIDDEN bool iof__tls_owns(const void *addr, size_t size);
+
+IOF_HIDDEN void iof__tls_enter_slow(iof_thread_state *th, iof__tls_area *a);
+
+/* On every switch into a fiber with tls_on: puts its values in place
+ * unless they are there already. */
+static inline void iof__tls_enter(iof_thread_state *th, iof__tls_area *a) {
+  if (th->tls_cur == a &&
+      atomic_load_explicit(&a->home, memory_order_relaxed) == th)
+    return;
+  iof__tls_enter_slow(th, a);
+}
+
+/* An OS thread's end: the values it holds go back to their area. */
+IOF_HIDDEN void iof__tls_thread_end(iof_thread_state *th);
 
 /* Creates a fiber whose control block reserves `extra` bytes (16-aligned,
  * zeroed) for the caller, returned in *extra_out. */

@@ -270,6 +270,7 @@
   Y(__pthread_register_cancel)                                                 \
   Y(__pthread_unregister_cancel)                                               \
   Y(__pthread_unwind_next)                                                     \
+  Y(__cxa_thread_atexit_impl)                                                  \
   Y(system)                                                                    \
   Y(popen)                                                                     \
   Y(posix_spawn)                                                               \
@@ -339,6 +340,8 @@ void iof_compat_pthread_register_cancel(__pthread_unwind_buf_t *b)
 void iof_compat_pthread_unregister_cancel(__pthread_unwind_buf_t *b)
     IOF_HOOK_WEAK;
 void iof_compat_pthread_unwind_next(__pthread_unwind_buf_t *b) IOF_HOOK_WEAK;
+int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
+                                      void *dso) IOF_HOOK_WEAK;
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -626,6 +629,23 @@ IOF_HOOK_API void pthread_exit(void *r) {
     iof_compat_pthread_exit(r);
   REAL(pthread_exit)(r);
   __builtin_unreachable();
+}
+
+/* C++ thread_local destructors: a fiber thread's own thread-locals end
+ * with it (libc would queue them on the OS thread, to run on whichever
+ * fiber's values are in place when it exits). */
+int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj, void *dso);
+IOF_HOOK_API int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
+                                          void *dso) {
+  if (iof_compat_cxa_thread_atexit_impl && iof__hook_in_fiber()) {
+    int r = iof_compat_cxa_thread_atexit_impl(fn, obj, dso);
+    if (r != -ESRCH) {
+      count(H___cxa_thread_atexit_impl, C_FIBER);
+      return r < 0 ? -1 : 0;
+    }
+  }
+  count(H___cxa_thread_atexit_impl, C_PLAIN);
+  return REAL(__cxa_thread_atexit_impl)(fn, obj, dso);
 }
 
 /* A void call that compat takes from fibers (cancel state, cleanup

@@ -1,0 +1,303 @@
+/* Thread-locals per fiber thread. A blocking-style program's __thread
+ * variables are per thread; its "threads" here are fibers that take turns
+ * on one OS thread, whose TLS blocks they would share. So compat's fiber
+ * threads each keep an area with their own values of the program's
+ * variables, and a switch into one puts its values in place when another
+ * area's are there, saving those first. A thread that keeps running (one
+ * connection, or a fiber thread alone on its io thread) costs nothing but
+ * a check per switch. Values move, addresses do not: code built for
+ * threads may keep a thread-local's address for as long as it likes.
+ *
+ * Whose blocks ($IOF_THREAD_LOCALS):
+ * - default: the executable's, and the C++ runtime's (the exception being
+ *   handled: a fiber that waits inside a catch block while another throws
+ *   would see its exception freed);
+ * - "all": every library's too, except the ones that are per OS thread
+ *   by design: libc (errno is saved anyway; malloc's caches), the malloc
+ *   in use, sanitizers, the runtime itself;
+ * - "shared": none (one block per OS thread, as before).
+ * A block that contains the runtime (linked with the static library) or
+ * the malloc in use stays per OS thread in every mode.
+ *
+ * Only blocks in the static TLS area, at the same offset from the thread
+ * pointer in every thread: a fresh thread lists them (a library loaded
+ * later by dlopen may have its block allocated per thread on first use).
+ *
+ * Areas are reference counted: a fiber thread that hops to another
+ * executor (iof_run) is switched in on another thread while its values
+ * still sit in the blocks of the thread it last ran on; that thread keeps
+ * naming the area until it switches another in, and copies back only if
+ * the values are still its own (home). */
+#include "fiber/fiber_internal.h"
+
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEGS_MAX 16
+
+/* The blocks kept per fiber thread: at tp + off in every thread, at `at`
+ * in an area's buffer. */
+static struct {
+  int n;
+  size_t size; /* of all, in an area */
+  struct {
+    ptrdiff_t off;
+    size_t size, at;
+  } seg[SEGS_MAX];
+  unsigned char *init; /* initial values, laid out as in an area */
+} B;
+
+/* 0 not looked at yet, 1 being looked at, 2 decided (B.n 0: none). */
+static atomic_int decided;
+
+enum { MODE_PROGRAM, MODE_ALL, MODE_SHARED };
+
+static bool in(const void *p, const void *lo, size_t n) {
+  return (const char *)p >= (const char *)lo &&
+         (const char *)p < (const char *)lo + n;
+}
+
+static bool has_code(const struct dl_phdr_info *info, const void *fn) {
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD &&
+        in(fn, (const void *)(info->dlpi_addr + ph->p_vaddr), ph->p_memsz))
+      return true;
+  }
+  return false;
+}
+
+static bool named(const char *path, const char *const *names) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  for (; *names; names++)
+    if (strncmp(base, *names, strlen(*names)) == 0) return true;
+  return false;
+}
+
+static const char *const cxx_runtime[] = {"libstdc++.so", "libc++abi.so", NULL};
+static const char *const per_os_thread[] = {
+    "libc.so",     "ld-linux",    "ld64.so",      "libiofiber", "libasan",
+    "libtsan",     "liblsan",     "libubsan",     "libhwasan",  "libjemalloc",
+    "libtcmalloc", "libmimalloc", "libvgpreload", "vgpreload",  NULL};
+
+typedef struct look_ctx {
+  int mode;
+  bool first;
+  char *tp;
+} look_ctx;
+
+/* In the probe thread: takes the blocks the mode keeps apart. */
+static int look(struct dl_phdr_info *info, size_t size, void *p) {
+  (void)size;
+  look_ctx *c = p;
+  bool exe = c->first;
+  c->first = false;
+  const ElfW(Phdr) *tls = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_TLS) tls = &info->dlpi_phdr[i];
+  if (!tls || !tls->p_memsz || !info->dlpi_tls_data || B.n == SEGS_MAX)
+    return 0;
+  const char *name = info->dlpi_name ? info->dlpi_name : "";
+  if (!exe && (c->mode == MODE_PROGRAM ? !named(name, cxx_runtime)
+                                       : named(name, per_os_thread)))
+    return 0;
+  /* The runtime or the allocator inside: per OS thread. */
+  if (in(&iof__tls_state, info->dlpi_tls_data, tls->p_memsz) ||
+      has_code(info, (const void *)(uintptr_t)malloc))
+    return 0;
+  size_t at = (B.size + 15) & ~(size_t)15;
+  unsigned char *init = realloc(B.init, at + tls->p_memsz);
+  if (!init) return 1; /* what was taken so far stays */
+  B.init = init;
+  memcpy(init + at, (const void *)(info->dlpi_addr + tls->p_vaddr),
+         tls->p_filesz);
+  memset(init + at + tls->p_filesz, 0, tls->p_memsz - tls->p_filesz);
+  B.seg[B.n].off = (char *)info->dlpi_tls_data - c->tp;
+  B.seg[B.n].size = tls->p_memsz;
+  B.seg[B.n].at = at;
+  B.n++;
+  B.size = at + tls->p_memsz;
+  return 0;
+}
+
+static void *probe(void *p) {
+  look_ctx *c = p;
+  c->tp = __builtin_thread_pointer();
+  dl_iterate_phdr(look, c);
+  return NULL;
+}
+
+static void decide(void) {
+  int st = atomic_load_explicit(&decided, memory_order_acquire);
+  if (st == 2) return;
+  st = 0;
+  if (atomic_compare_exchange_strong(&decided, &st, 1)) {
+    const char *e = getenv("IOF_THREAD_LOCALS");
+    look_ctx c = {MODE_PROGRAM, true, NULL};
+    if (e && strcmp(e, "all") == 0) c.mode = MODE_ALL;
+    if (e && strcmp(e, "shared") == 0) c.mode = MODE_SHARED;
+    pthread_t t;
+    /* A thread that cannot be made leaves every block shared. */
+    if (c.mode != MODE_SHARED && pthread_create(&t, NULL, probe, &c) == 0)
+      pthread_join(t, NULL);
+    atomic_store_explicit(&decided, 2, memory_order_release);
+    return;
+  }
+  while (atomic_load_explicit(&decided, memory_order_acquire) != 2) {
+  }
+}
+
+static void lock(iof__tls_area *a) {
+  while (atomic_flag_test_and_set_explicit(&a->lk, memory_order_acquire)) {
+  }
+}
+
+static void unlock(iof__tls_area *a) {
+  atomic_flag_clear_explicit(&a->lk, memory_order_release);
+}
+
+static void release(iof__tls_area *a) {
+  if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1)
+    free(a);
+}
+
+/* Values between a thread's blocks and an area's buffer. */
+static void save(const iof_thread_state *th, unsigned char *buf) {
+  for (int i = 0; i < B.n; i++)
+    memcpy(buf + B.seg[i].at, th->tp + B.seg[i].off, B.seg[i].size);
+}
+
+static void load(const iof_thread_state *th, const unsigned char *buf) {
+  for (int i = 0; i < B.n; i++)
+    memcpy(th->tp + B.seg[i].off, buf + B.seg[i].at, B.seg[i].size);
+}
+
+static void move(const iof_thread_state *to, const iof_thread_state *from) {
+  for (int i = 0; i < B.n; i++)
+    memcpy(to->tp + B.seg[i].off, from->tp + B.seg[i].off, B.seg[i].size);
+}
+
+int iof__tls_area_new(bool inherit, iof__tls_area **out) {
+  *out = NULL;
+  decide();
+  if (!B.n) return 0;
+  iof__tls_area *a = malloc(sizeof *a + B.size);
+  if (!a) return -ENOMEM;
+  atomic_init(&a->home, NULL);
+  atomic_init(&a->refs, 1);
+  atomic_flag_clear(&a->lk);
+  if (inherit) {
+    iof_thread_state self = {0};
+    self.tp = __builtin_thread_pointer();
+    save(&self, a->buf);
+  } else {
+    memcpy(a->buf, B.init, B.size);
+  }
+  *out = a;
+  return 0;
+}
+
+void iof__tls_area_free(iof__tls_area *a) {
+  release(a);
+}
+
+/* The values th holds for a go back to a's buffer, if they are a's. */
+static void put_back(iof_thread_state *th, iof__tls_area *a) {
+  lock(a);
+  if (atomic_load_explicit(&a->home, memory_order_relaxed) == th) {
+    save(th, a->buf);
+    atomic_store_explicit(&a->home, NULL, memory_order_relaxed);
+  }
+  unlock(a);
+}
+
+void iof__tls_enter_slow(iof_thread_state *th, iof__tls_area *a) {
+  iof__tls_area *cur = th->tls_cur;
+  if (cur != a) {
+    if (cur) {
+      put_back(th, cur);
+      release(cur);
+    }
+    atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+    th->tls_cur = a;
+  }
+  lock(a);
+  iof_thread_state *home = atomic_load_explicit(&a->home, memory_order_relaxed);
+  if (!home)
+    load(th, a->buf);
+  else if (home != th) /* it ran elsewhere last: its values are there */
+    move(th, home);
+  atomic_store_explicit(&a->home, th, memory_order_relaxed);
+  unlock(a);
+}
+
+void iof__tls_attach(iof__tls_area *a) {
+  iof_thread_state *th = iof__thread();
+  iof_fiber *f = th->current;
+  f->tls = a;
+  iof__tls_enter_slow(th, a);
+  f->tls_on = true;
+}
+
+void iof__tls_detach(void) {
+  iof_thread_state *th = iof__thread();
+  iof_fiber *f = th->current;
+  iof__tls_area *a = f->tls;
+  if (!f->tls_on) return;
+  f->tls_on = false;
+  f->tls = NULL;
+  /* Its last values go to its buffer (iof__tls_restore may want them) and
+   * also stay in place: key destructors run after this and may read
+   * them. */
+  put_back(th, a);
+  if (th->tls_cur == a) {
+    th->tls_cur = NULL;
+    release(a);
+  }
+  release(a);
+}
+
+void iof__tls_area_ref(iof__tls_area *a) {
+  atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+}
+
+void iof__tls_restore(iof__tls_area *a) {
+  iof_thread_state *th = iof__thread();
+  iof__tls_area *cur = th->tls_cur;
+  if (cur) {
+    th->tls_cur = NULL;
+    put_back(th, cur);
+    release(cur);
+  }
+  lock(a);
+  iof_thread_state *home = atomic_load_explicit(&a->home, memory_order_relaxed);
+  if (!home)
+    load(th, a->buf);
+  else if (home != th)
+    move(th, home);
+  unlock(a);
+  release(a);
+}
+
+bool iof__tls_owns(const void *addr, size_t size) {
+  iof_thread_state *th = iof__thread_peek();
+  if (!th || !th->current->tls_on) return false;
+  for (int i = 0; i < B.n; i++) {
+    const char *b = th->tp + B.seg[i].off;
+    if (in(addr, b, B.seg[i].size) && size <= B.seg[i].size &&
+        (const char *)addr + size <= b + B.seg[i].size)
+      return true;
+  }
+  return false;
+}
+
+void iof__tls_thread_end(iof_thread_state *th) {
+  iof__tls_area *a = th->tls_cur;
+  th->tls_cur = NULL;
+  put_back(th, a);
+  release(a);
+}
