@@ -310,7 +310,10 @@ typedef struct iof_main_opts {
 /* Runs fn(arg) as a fiber thread (pthread_self/pthread_exit work in it)
  * on a fresh io_context and returns its status once it returns; fiber
  * threads still running then are left behind (as threads are when main
- * returns: the caller is expected to exit). If fn ends with pthread_exit,
+ * returns: the caller is expected to exit). Each fiber thread has its own
+ * values of the program's thread-locals (fn: the caller's, which it gets
+ * back; $IOF_THREAD_LOCALS=all|shared widens or turns that off; see
+ * docs/porting.md, "Thread-locals"). If fn ends with pthread_exit,
  * returns 0 once every fiber thread has ended. -EINVAL (NULL fn); -ENOMEM;
  * -EBUSY (iof_main already running). */
 IOF_API int iof_main(iof_fn fn, void *arg);
