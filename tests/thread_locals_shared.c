@@ -7,6 +7,8 @@
  * Linked with the shared library: an executable that contains the runtime
  * keeps one block per OS thread. With IOF_THREAD_LOCALS=shared (the test
  * runs a second time so) the same checks must see the values clobbered.
+ * The hops also check, under TSan, that compat sets errno after a wait on
+ * the OS thread it came back on (compat/errno_here.h).
  * IOF_TEST_THREADED */
 #include <iofiber/compat_io.h>
 #include <iofiber/compat_thread.h>
@@ -144,7 +146,7 @@ static int on_pool(void *p) {
   hop *h = p;
   if (syscall(SYS_gettid) != h->io_tid) atomic_fetch_add(&hops_elsewhere, 1);
   h->bad += check(h->id, h->count);
-  iof_yield(); /* others run here meanwhile (compat is for io_contexts) */
+  iof_compat_sched_yield(); /* others run here meanwhile */
   h->bad += check(h->id, h->count);
   ++*count_p();
   return 0;
