@@ -644,7 +644,10 @@ int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
                                       void *dso) {
   (void)dso;
   iof__cthread *t = self_record();
-  if (!t || !t->tls || !fn || !iof__tls_owns(obj, 1)) return -ESRCH;
+  /* main's go to glibc, which runs them at exit (called from main, with
+   * its values in place) as it does for a main thread. */
+  if (!t || !t->tls || t->tls == main_tls || !fn || !iof__tls_owns(obj, 1))
+    return -ESRCH;
   tls_dtor *d = malloc(sizeof *d);
   if (!d) return -ENOMEM;
   *d = (tls_dtor){t->run->dtors, fn, obj};

@@ -2,8 +2,8 @@
 // iofiber-run (the threads are fibers sharing an OS thread there): each
 // thread constructs its own objects on first use, keeps them across
 // blocking calls while the others run, and their destructors run when the
-// thread ends, each once, on that thread's objects. An exception caught
-// in one thread while another throws is unaffected.
+// thread ends, each once, on that thread's objects; main's at exit. An
+// exception caught in one thread while another throws is unaffected.
 // Prints "all steps right" when every step is.
 #include <atomic>
 #include <chrono>
@@ -38,6 +38,16 @@ struct Conn {
 
 static thread_local Conn conn;
 
+// main's own, destroyed by exit after main returns (every thread builds
+// one: a translation unit's thread_locals are built together).
+struct AtExit {
+  bool in_main = false;
+  ~AtExit() {
+    if (in_main) std::printf("main's thread_local destroyed\n");
+  }
+};
+static thread_local AtExit main_object;
+
 static void serve(int id) {
   conn.id = id;
   conn.log = "conn " + std::to_string(id);
@@ -56,13 +66,15 @@ static void serve(int id) {
 }
 
 int main() {
+  main_object.in_main = true;
   std::vector<std::thread> ts;
   for (int i = 0; i < 8; i++) ts.emplace_back(serve, i);
   for (auto &t : ts) t.join();
-  CHECK(constructed == 8, "one object per thread");
+  CHECK(constructed == 9, "one object per thread (main too)");
   CHECK(destroyed == 8, "each destroyed once at its thread's end");
   for (int i = 0; i < 8; i++)
     CHECK(destroyed_with[i] == 1, "destroyed with its own values");
   if (!failed) std::printf("all steps right\n");
+  std::fflush(stdout);
   return failed != 0;
 }

@@ -151,10 +151,11 @@ IOF_API void iof_compat_pthread_unwind_next(__pthread_unwind_buf_t *buf)
     __attribute__((noreturn));
 
 /* What C++ registers for a thread_local object with a destructor
- * (glibc's __cxa_thread_atexit_impl). In a fiber thread, whose own
- * __thread variables include obj, fn(obj) runs when that thread ends,
- * newest first, before its key destructors: 0, or -ENOMEM. Elsewhere
- * nothing is registered: -ESRCH (glibc's call is the one to make). */
+ * (glibc's __cxa_thread_atexit_impl). In a fiber thread other than main,
+ * whose own __thread variables include obj, fn(obj) runs when that thread
+ * ends, newest first, before its key destructors: 0, or -ENOMEM.
+ * Elsewhere (and in main, whose objects glibc destroys at exit) nothing is
+ * registered: -ESRCH (glibc's call is the one to make). */
 IOF_API int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
                                               void *dso);
 #endif
