@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,9 +142,14 @@ static void decide(void) {
     if (e && strcmp(e, "all") == 0) c.mode = MODE_ALL;
     if (e && strcmp(e, "shared") == 0) c.mode = MODE_SHARED;
     pthread_t t;
-    /* A thread that cannot be made leaves every block shared. */
+    sigset_t all, old;
+    /* The probe takes no signal meant for the program's threads. A thread
+     * that cannot be made leaves every block shared. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     if (c.mode != MODE_SHARED && pthread_create(&t, NULL, probe, &c) == 0)
       pthread_join(t, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     atomic_store_explicit(&decided, 2, memory_order_release);
     return;
   }
