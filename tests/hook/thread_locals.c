@@ -27,8 +27,12 @@ static __thread int tl_id = -1;
 static __thread char tl_buf[64];
 static __thread int tl_obj;
 
+/* Through a volatile read: clang evaluates a constructor that stores a
+ * constant at compile time and makes it the variable's initial value in
+ * every thread. */
+static volatile int main_value = 1000;
 __attribute__((constructor)) static void set_main_value(void) {
-  tl_id = 1000;
+  tl_id = main_value;
 }
 
 #ifndef IOFIBER_COMPAT_H
