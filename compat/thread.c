@@ -239,10 +239,6 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
     free(t);
     return -ENOMEM;
   }
-  if (is_main && t->tls) {
-    iof__tls_area_ref(t->tls);
-    main_tls = t->tls;
-  }
   t->fn = fn;
   t->arg = arg;
   t->on_end = on_end;
@@ -259,14 +255,12 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
   int r = iof__run_async_ex(ex, &o, thread_main, t, thread_freed);
   if (r < 0) {
     atomic_fetch_sub(&live_threads, 1);
-    if (t->tls) {
-      if (t->tls == main_tls) {
-        main_tls = NULL;
-        iof__tls_area_free(t->tls);
-      }
-      iof__tls_area_free(t->tls);
-    }
+    if (t->tls) iof__tls_area_free(t->tls);
     free(t);
+  } else if (is_main && t->tls) {
+    /* main's context is not running yet (iof_main runs it next). */
+    iof__tls_area_ref(t->tls);
+    main_tls = t->tls;
   }
   return r;
 }
@@ -646,7 +640,7 @@ int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
   iof__cthread *t = self_record();
   /* main's go to glibc, which runs them at exit (called from main, with
    * its values in place) as it does for a main thread. */
-  if (!t || !t->tls || t->tls == main_tls || !fn || !iof__tls_owns(obj, 1))
+  if (!t || !t->tls || t->tls == main_tls || !fn || !iof__tls_owns(obj))
     return -ESRCH;
   tls_dtor *d = malloc(sizeof *d);
   if (!d) return -ENOMEM;

@@ -154,7 +154,7 @@ typedef struct iof__tls_area {
  * inherit the calling thread's current ones (main). *out is NULL when the
  * program has none to keep apart. 0 or -ENOMEM. */
 IOF_HIDDEN int iof__tls_area_new(bool inherit, iof__tls_area **out);
-IOF_HIDDEN void iof__tls_area_free(iof__tls_area *a); /* never attached */
+IOF_HIDDEN void iof__tls_area_free(iof__tls_area *a); /* drops a reference */
 
 /* The running fiber takes a (from iof__tls_area_new, not NULL) as its
  * thread-locals; detach gives them up at its end and drops the owner's
@@ -168,9 +168,8 @@ IOF_HIDDEN void iof__tls_detach(void);
 IOF_HIDDEN void iof__tls_area_ref(iof__tls_area *a);
 IOF_HIDDEN void iof__tls_restore(iof__tls_area *a);
 
-/* The block of the calling fiber's thread-locals that holds addr (size
- * bytes), or false: whether addr is one of its own thread-locals. */
-IOF_HIDDEN bool iof__tls_owns(const void *addr, size_t size);
+/* Whether addr is one of the calling fiber's own thread-locals. */
+IOF_HIDDEN bool iof__tls_owns(const void *addr);
 
 IOF_HIDDEN void iof__tls_enter_slow(iof_thread_state *th, iof__tls_area *a);
 

@@ -171,20 +171,21 @@ static void release(iof__tls_area *a) {
     free(a);
 }
 
-/* Values between a thread's blocks and an area's buffer. */
-static void save(const iof_thread_state *th, unsigned char *buf) {
+/* Values between the blocks of the thread whose thread pointer is tp
+ * and an area's buffer, or another thread's blocks. */
+static void save(const char *tp, unsigned char *buf) {
   for (int i = 0; i < B.n; i++)
-    memcpy(buf + B.seg[i].at, th->tp + B.seg[i].off, B.seg[i].size);
+    memcpy(buf + B.seg[i].at, tp + B.seg[i].off, B.seg[i].size);
 }
 
-static void load(const iof_thread_state *th, const unsigned char *buf) {
+static void load(char *tp, const unsigned char *buf) {
   for (int i = 0; i < B.n; i++)
-    memcpy(th->tp + B.seg[i].off, buf + B.seg[i].at, B.seg[i].size);
+    memcpy(tp + B.seg[i].off, buf + B.seg[i].at, B.seg[i].size);
 }
 
-static void move(const iof_thread_state *to, const iof_thread_state *from) {
+static void move(char *to, const char *from) {
   for (int i = 0; i < B.n; i++)
-    memcpy(to->tp + B.seg[i].off, from->tp + B.seg[i].off, B.seg[i].size);
+    memcpy(to + B.seg[i].off, from + B.seg[i].off, B.seg[i].size);
 }
 
 int iof__tls_area_new(bool inherit, iof__tls_area **out) {
@@ -196,13 +197,10 @@ int iof__tls_area_new(bool inherit, iof__tls_area **out) {
   atomic_init(&a->home, NULL);
   atomic_init(&a->refs, 1);
   atomic_flag_clear(&a->lk);
-  if (inherit) {
-    iof_thread_state self = {0};
-    self.tp = __builtin_thread_pointer();
-    save(&self, a->buf);
-  } else {
+  if (inherit)
+    save(__builtin_thread_pointer(), a->buf);
+  else
     memcpy(a->buf, B.init, B.size);
-  }
   *out = a;
   return 0;
 }
@@ -211,32 +209,42 @@ void iof__tls_area_free(iof__tls_area *a) {
   release(a);
 }
 
+void iof__tls_area_ref(iof__tls_area *a) {
+  atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+}
+
 /* The values th holds for a go back to a's buffer, if they are a's. */
 static void put_back(iof_thread_state *th, iof__tls_area *a) {
   lock(a);
   if (atomic_load_explicit(&a->home, memory_order_relaxed) == th) {
-    save(th, a->buf);
+    save(th->tp, a->buf);
     atomic_store_explicit(&a->home, NULL, memory_order_relaxed);
   }
   unlock(a);
 }
 
-void iof__tls_enter_slow(iof_thread_state *th, iof__tls_area *a) {
+/* th stops naming its area: the values it holds for it go back to it (they
+ * also stay in place), and th's reference goes. */
+static void forget(iof_thread_state *th) {
   iof__tls_area *cur = th->tls_cur;
-  if (cur != a) {
-    if (cur) {
-      put_back(th, cur);
-      release(cur);
-    }
-    atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+  if (!cur) return;
+  th->tls_cur = NULL;
+  put_back(th, cur);
+  release(cur);
+}
+
+void iof__tls_enter_slow(iof_thread_state *th, iof__tls_area *a) {
+  if (th->tls_cur != a) {
+    forget(th);
+    iof__tls_area_ref(a);
     th->tls_cur = a;
   }
   lock(a);
   iof_thread_state *home = atomic_load_explicit(&a->home, memory_order_relaxed);
   if (!home)
-    load(th, a->buf);
+    load(th->tp, a->buf);
   else if (home != th) /* it ran elsewhere last: its values are there */
-    move(th, home);
+    move(th->tp, home->tp);
   atomic_store_explicit(&a->home, th, memory_order_relaxed);
   unlock(a);
 }
@@ -256,54 +264,28 @@ void iof__tls_detach(void) {
   if (!f->tls_on) return;
   f->tls_on = false;
   f->tls = NULL;
-  /* Its last values go to its buffer (iof__tls_restore may want them) and
-   * also stay in place: key destructors run after this and may read
-   * them. */
-  put_back(th, a);
-  if (th->tls_cur == a) {
-    th->tls_cur = NULL;
-    release(a);
-  }
+  /* It was entered here last (it is running): its last values go to its
+   * buffer (iof__tls_restore may want them) and also stay in place, for
+   * the key destructors that run after this. */
+  forget(th);
   release(a);
-}
-
-void iof__tls_area_ref(iof__tls_area *a) {
-  atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
 }
 
 void iof__tls_restore(iof__tls_area *a) {
   iof_thread_state *th = iof__thread();
-  iof__tls_area *cur = th->tls_cur;
-  if (cur) {
-    th->tls_cur = NULL;
-    put_back(th, cur);
-    release(cur);
-  }
-  lock(a);
-  iof_thread_state *home = atomic_load_explicit(&a->home, memory_order_relaxed);
-  if (!home)
-    load(th, a->buf);
-  else if (home != th)
-    move(th, home);
-  unlock(a);
+  iof__tls_enter_slow(th, a);
+  forget(th);
   release(a);
 }
 
-bool iof__tls_owns(const void *addr, size_t size) {
+bool iof__tls_owns(const void *addr) {
   iof_thread_state *th = iof__thread_peek();
   if (!th || !th->current->tls_on) return false;
-  for (int i = 0; i < B.n; i++) {
-    const char *b = th->tp + B.seg[i].off;
-    if (in(addr, b, B.seg[i].size) && size <= B.seg[i].size &&
-        (const char *)addr + size <= b + B.seg[i].size)
-      return true;
-  }
+  for (int i = 0; i < B.n; i++)
+    if (in(addr, th->tp + B.seg[i].off, B.seg[i].size)) return true;
   return false;
 }
 
 void iof__tls_thread_end(iof_thread_state *th) {
-  iof__tls_area *a = th->tls_cur;
-  th->tls_cur = NULL;
-  put_back(th, a);
-  release(a);
+  forget(th);
 }
