@@ -33,7 +33,7 @@ static int child_fd(idtype_t type, id_t id, int options) {
 #ifdef SYS_pidfd_open
   if (type == P_PID && id > 0 && !(options & (WUNTRACED | WCONTINUED)) &&
       !(options & WSTOPPED))
-    return (int)syscall(SYS_pidfd_open, (pid_t)id, 0);
+    return (int)iof__syscall()(SYS_pidfd_open, (pid_t)id, 0);
 #endif
   (void)type;
   (void)id;

@@ -29,6 +29,14 @@ static inline iof_fiber *iof__cthr_fiber(void) {
   return f != &th->root && f->env ? f : NULL;
 }
 
+/* libc's syscall(), past the hook: the runtime's own futex calls must not
+ * come back to compat (the table may not be filled yet in a constructor). */
+typedef long (*iof__syscall_fn)(long, ...);
+static inline iof__syscall_fn iof__syscall(void) {
+  if (__builtin_expect(!iof__libc.syscall, 0)) iof__libc_init();
+  return iof__libc.syscall;
+}
+
 struct iof_io_op;
 
 /* Thread-directed signals for fiber threads (pthread_kill). enter: when f

@@ -16,14 +16,15 @@
 /* ---- futex parker and lock -------------------------------------------- */
 
 static void futex_wake(atomic_int *a, int n) {
-  syscall(SYS_futex, a, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
+  iof__syscall()(SYS_futex, a, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL,
+                 0);
 }
 
 /* Sleeps while *a == val, until the absolute CLOCK_MONOTONIC deadline
  * (NULL: none). false once the deadline has passed. */
 static bool futex_wait(atomic_int *a, int val, const struct timespec *abs) {
-  long r = syscall(SYS_futex, a, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, val,
-                   abs, NULL, FUTEX_BITSET_MATCH_ANY);
+  long r = iof__syscall()(SYS_futex, a, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG,
+                          val, abs, NULL, FUTEX_BITSET_MATCH_ANY);
   return !(r < 0 && errno == ETIMEDOUT);
 }
 

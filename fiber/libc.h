@@ -96,6 +96,7 @@
     (const char *, struct hostent *, char *, size_t, struct hostent **,        \
      int *))                                                                   \
   X(int, sched_yield, (void))                                                  \
+  X(long, syscall, (long, ...))                                                \
   X(int, pause, (void))                                                        \
   X(int, system, (const char *))                                               \
   X(pid_t, waitpid, (pid_t, int *, int))                                       \

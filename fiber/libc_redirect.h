@@ -70,6 +70,7 @@
 #define gethostbyname(...) iof__libc.gethostbyname(__VA_ARGS__)
 #define gethostbyname_r(...) iof__libc.gethostbyname_r(__VA_ARGS__)
 #define sched_yield(...) iof__libc.sched_yield(__VA_ARGS__)
+#define syscall(...) iof__libc.syscall(__VA_ARGS__)
 #define pause(...) iof__libc.pause(__VA_ARGS__)
 #define system(...) iof__libc.system(__VA_ARGS__)
 #define waitpid(...) iof__libc.waitpid(__VA_ARGS__)

@@ -326,7 +326,7 @@ int iof_compat_fcntl(int fd, int cmd, ...) IOF_HOOK_WEAK;
 int iof_compat_ioctl(int fd, unsigned long req, ...) IOF_HOOK_WEAK;
 void iof_compat_freeaddrinfo(struct addrinfo *ai) IOF_HOOK_WEAK;
 pid_t iof_compat_fork(void) IOF_HOOK_WEAK;
-void iof_compat_fork_child(void) IOF_HOOK_WEAK;
+long iof_compat_syscall(long n, ...) IOF_HOOK_WEAK;
 int iof_compat_pthread_create(pthread_t *t, const pthread_attr_t *a,
                               void *(*fn)(void *), void *arg) IOF_HOOK_WEAK;
 int iof_compat_pthread_join(pthread_t t, void **r) IOF_HOOK_WEAK;
@@ -807,30 +807,29 @@ static void child_steps_aside(void) {
   stepped_aside = 1;
 }
 
-/* A process made by a raw clone system call (vsftpd's sessions: clone
- * with CLONE_NEW* flags and no CLONE_VM) runs no fork handlers: its child
- * would go on as the parent's fiber, running a copy of the parent's loop
- * on the parent's epoll instance. It is told here, as fork's child is.
- * Six arguments are read whatever the call takes, as glibc's own
- * syscall() passes six registers. */
+/* syscall() is compat's (futex waits of fibers, and wakes that must
+ * reach them; a fork-like clone). A process made by a raw clone system
+ * call without CLONE_VM (vsftpd's sessions) runs no fork handlers: compat
+ * tells its child, and the hook steps aside there as after fork. Six
+ * arguments are read whatever the call takes, as glibc's own syscall()
+ * passes six registers. */
 IOF_HOOK_API long syscall(long n, ...) {
   va_list ap;
   va_start(ap, n);
   long a[6];
   for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
   va_end(ap);
-  /* clone3's flags sit behind a pointer the kernel checks (EFAULT); read
-   * here it could fault in our code instead: it is passed through. */
+  if (!iof_compat_syscall || !runtime_ready || stepped_aside) {
+    count(H_syscall, C_PLAIN);
+    return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+  }
+  /* clone3's flags sit behind a pointer: passed through (see compat). */
   bool forklike = n == SYS_clone &&
                   !((unsigned long)a[0] & (CLONE_VM | CLONE_THREAD)) &&
                   iof__hook_in_fiber();
-  if (!forklike) return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
-  count(H_syscall, C_FIBER);
-  long r = REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
-  if (r == 0) {
-    if (iof_compat_fork_child) iof_compat_fork_child();
-    child_steps_aside();
-  }
+  count(H_syscall, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+  long r = iof_compat_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+  if (forklike && r == 0) child_steps_aside();
   return r;
 }
 

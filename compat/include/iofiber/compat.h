@@ -101,6 +101,7 @@
 #define gethostbyname iof_compat_gethostbyname
 #define gethostbyname_r iof_compat_gethostbyname_r
 #define sched_yield iof_compat_sched_yield
+#define syscall iof_compat_syscall /* SYS_futex, SYS_clone */
 /* Function-like, so that `struct sigaction` keeps its name. */
 #define sigaction(sig, act, old) iof_compat_sigaction(sig, act, old)
 #define signal(sig, h) iof_compat_signal(sig, h)

@@ -197,6 +197,11 @@ IOF_API int iof_compat_posix_spawnp(pid_t *pid, const char *file,
  * blocking mode. Cannot fail; in a process that is no fiber's child it does
  * nothing. libiofiber-hook calls it for syscall(SYS_clone, ...). */
 IOF_API void iof_compat_fork_child(void);
+/* As syscall(2): SYS_futex is iof_compat_futex; SYS_clone without
+ * CLONE_VM from a fiber calls iof_compat_fork_child in the child; every
+ * other number is the plain system call (blocking the thread if it
+ * blocks). Six arguments are read, as glibc's syscall passes. */
+IOF_API long iof_compat_syscall(long number, ...);
 IOF_API pid_t iof_compat_wait(int *status);
 IOF_API pid_t iof_compat_wait4(pid_t pid, int *status, int options,
                                struct rusage *ru);

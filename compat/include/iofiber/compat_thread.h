@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <semaphore.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include <iofiber/fiber.h>
@@ -292,6 +293,22 @@ IOF_API int iof_compat_sem_clockwait(sem_t *s, clockid_t clock,
 IOF_API int iof_compat_sem_post(sem_t *s);
 /* *value = the count (never negative). 0. */
 IOF_API int iof_compat_sem_getvalue(sem_t *s, int *value);
+
+/* ---- futex ---------------------------------------------------------------
+ * As syscall(SYS_futex, ...), for libraries with their own futex-based
+ * locks (InnoDB, Rust's std, libstdc++'s std::atomic::wait and
+ * semaphores). A fiber's FUTEX_WAIT / FUTEX_WAIT_BITSET suspends the fiber
+ * (plain threads wait in the kernel); FUTEX_WAKE(_BITSET), FUTEX_REQUEUE,
+ * FUTEX_CMP_REQUEUE and FUTEX_WAKE_OP reach both kinds of waiter. Other
+ * operations (priority inheritance) are the kernel's and block a fiber's
+ * thread. Fibers' waits see only wakes made through this call (the hook
+ * routes libc's syscall() here); on a process-shared word a fiber also
+ * re-reads the word every few ms, for wakes from other processes. Returns
+ * as the system call: 0 or a count; -1 + errno (EAGAIN, ETIMEDOUT, EINVAL,
+ * EFAULT, ENOSYS). Not interrupted by signal handlers (no EINTR). */
+IOF_API long iof_compat_futex(uint32_t *uaddr, int futex_op, uint32_t val,
+                              const struct timespec *timeout, uint32_t *uaddr2,
+                              uint32_t val3);
 
 /* ---- running a blocking-style program --------------------------------- */
 

@@ -1,0 +1,422 @@
+/* iof_compat_futex and iof_compat_syscall(SYS_futex): a fiber's wait
+ * suspends the fiber (the waker may be a fiber of the same io thread),
+ * wakes reach fibers and plain threads alike, with the system call's
+ * counts, orders and error codes; requeue, wake-op and bitsets; a
+ * process-shared word woken behind the table's back; a futex lock shared
+ * by fibers on two io threads and plain threads (IOF_TEST_THREADED). */
+#include "check_test.h"
+
+#include <iofiber/compat_io.h>
+#include <iofiber/compat_thread.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static long fx(_Atomic uint32_t *a, int op, uint32_t val,
+               const struct timespec *t, _Atomic uint32_t *a2, uint32_t v3) {
+  return iof_compat_futex((uint32_t *)a, op, val, t, (uint32_t *)a2, v3);
+}
+
+static const struct timespec five_s = {5, 0};
+
+static void run_fibers(int n, int (*fn)(void *), void *arg) {
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  for (int i = 0; i < n; i++)
+    assert_int_equal(iof_run_async(ex, NULL, fn, arg), 0);
+  assert_true(iof_io_context_run(io) >= 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+/* ---- a waiter and its waker on one io thread --------------------------- */
+
+static _Atomic uint32_t word;
+static atomic_int order[16], norder;
+
+static void mark(int what) {
+  order[atomic_fetch_add(&norder, 1) % 16] = what;
+}
+
+static int same_thread_waiter(void *arg) {
+  (void)arg;
+  mark(1);
+  int64_t t0 = mono_ns();
+  /* On the kernel this would hold the thread: the waker could not run
+   * and the wait would time out after 5 s. */
+  CHECK(fx(&word, FUTEX_WAIT_PRIVATE, 0, &five_s, NULL, 0) == 0);
+  CHECK(mono_ns() - t0 < 2000000000LL);
+  CHECK(atomic_load(&word) == 1);
+  mark(4);
+  return 0;
+}
+
+static int same_thread_waker(void *arg) {
+  (void)arg;
+  mark(2);
+  iof_yield();
+  atomic_store(&word, 1);
+  CHECK(fx(&word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0) == 1);
+  mark(3);
+  return 0;
+}
+
+static int pair_main(void *arg) {
+  (void)arg;
+  iof_executor_ref ex = iof_env_current()->executor;
+  CHECK(iof_run_async(ex, NULL, same_thread_waiter, NULL) == 0);
+  CHECK(iof_run_async(ex, NULL, same_thread_waker, NULL) == 0);
+  return 0;
+}
+
+static void test_wait_wake_one_thread(void **state) {
+  (void)state;
+  atomic_store(&word, 0);
+  atomic_store(&norder, 0);
+  run_fibers(1, pair_main, NULL);
+  assert_no_failures();
+  assert_int_equal(atomic_load(&norder), 4);
+  for (int i = 0; i < 4; i++) assert_int_equal(order[i], i + 1);
+}
+
+/* ---- counts and bitsets ----------------------------------------------- */
+
+static atomic_int woke;
+
+static int counted_waiter(void *arg) {
+  uint32_t bits = (uint32_t)(uintptr_t)arg;
+  CHECK(fx(&word, FUTEX_WAIT_BITSET_PRIVATE, 0, NULL, NULL, bits) == 0);
+  atomic_fetch_add(&woke, 1);
+  return 0;
+}
+
+static int counts_main(void *arg) {
+  (void)arg;
+  iof_executor_ref ex = iof_env_current()->executor;
+  /* Waiters 0-5 have bit 1, 6-7 bit 2. */
+  for (int i = 0; i < 8; i++)
+    CHECK(iof_run_async(ex, NULL, counted_waiter,
+                        (void *)(uintptr_t)(i < 6 ? 1 : 2)) == 0);
+  iof_yield(); /* each runs to its wait */
+  CHECK(fx(&word, FUTEX_WAKE_PRIVATE, 3, NULL, NULL, 0) == 3);
+  CHECK(fx(&word, FUTEX_WAKE_BITSET_PRIVATE, INT_MAX, NULL, NULL, 2) == 2);
+  iof_yield();
+  CHECK(atomic_load(&woke) == 5);
+  /* A count of 0 wakes one, as the kernel's does. */
+  CHECK(fx(&word, FUTEX_WAKE_PRIVATE, 0, NULL, NULL, 0) == 1);
+  CHECK(fx(&word, FUTEX_WAKE_BITSET_PRIVATE, INT_MAX, NULL, NULL, 2) == 0);
+  CHECK(fx(&word, FUTEX_WAKE_BITSET_PRIVATE, INT_MAX, NULL, NULL, 1) == 2);
+  CHECK(fx(&word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0) == 0);
+  iof_yield();
+  CHECK(atomic_load(&woke) == 8);
+  return 0;
+}
+
+static void test_counts_and_bitsets(void **state) {
+  (void)state;
+  atomic_store(&word, 0);
+  atomic_store(&woke, 0);
+  run_fibers(1, counts_main, NULL);
+  assert_no_failures();
+  assert_int_equal(atomic_load(&woke), 8);
+}
+
+/* ---- errors and timeouts ---------------------------------------------- */
+
+static int errors_main(void *arg) {
+  (void)arg;
+  _Atomic uint32_t w = 7;
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAIT_PRIVATE, 8, NULL, NULL, 0) == -1 && errno == EAGAIN);
+  errno = 0;
+  CHECK(fx(NULL, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0) == -1 &&
+        errno == EFAULT);
+  errno = 0;
+  CHECK(iof_compat_futex((uint32_t *)((char *)&w + 1), FUTEX_WAIT_PRIVATE, 0,
+                         NULL, NULL, 0) == -1 &&
+        errno == EINVAL);
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAIT_BITSET_PRIVATE, 7, NULL, NULL, 0) == -1 &&
+        errno == EINVAL);
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAKE_BITSET_PRIVATE, 1, NULL, NULL, 0) == -1 &&
+        errno == EINVAL);
+  struct timespec bad = {0, 1000000000};
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAIT_PRIVATE, 7, &bad, NULL, 0) == -1 && errno == EINVAL);
+  struct timespec neg = {-1, 0};
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAIT_PRIVATE, 7, &neg, NULL, 0) == -1 && errno == EINVAL);
+  errno = 0;
+  CHECK(fx(&w, 99, 0, NULL, NULL, 0) == -1 && errno == ENOSYS);
+
+  /* Relative timeout. */
+  struct timespec rel = {0, 30000000};
+  int64_t t0 = mono_ns();
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAIT_PRIVATE, 7, &rel, NULL, 0) == -1 &&
+        errno == ETIMEDOUT);
+  int64_t took = mono_ns() - t0;
+  CHECK(took >= 29000000 && took < 2000000000LL);
+  /* Absolute, on both clocks. */
+  for (int rt = 0; rt < 2; rt++) {
+    struct timespec abs;
+    clock_gettime(rt ? CLOCK_REALTIME : CLOCK_MONOTONIC, &abs);
+    abs.tv_nsec += 30000000;
+    if (abs.tv_nsec >= 1000000000) abs.tv_sec++, abs.tv_nsec -= 1000000000;
+    t0 = mono_ns();
+    errno = 0;
+    CHECK(fx(&w, FUTEX_WAIT_BITSET_PRIVATE | (rt ? FUTEX_CLOCK_REALTIME : 0), 7,
+             &abs, NULL, FUTEX_BITSET_MATCH_ANY) == -1 &&
+          errno == ETIMEDOUT);
+    took = mono_ns() - t0;
+    CHECK(took >= 25000000 && took < 2000000000LL);
+  }
+  /* A deadline already passed. */
+  struct timespec past = {0, 0};
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAIT_BITSET_PRIVATE, 7, &past, NULL,
+           FUTEX_BITSET_MATCH_ANY) == -1 &&
+        errno == ETIMEDOUT);
+  /* Nothing waits: wakes find nobody. */
+  CHECK(fx(&w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0) == 0);
+  /* Other numbers pass through iof_compat_syscall. */
+  CHECK(iof_compat_syscall(SYS_getpid) == getpid());
+  errno = 0;
+  CHECK(iof_compat_syscall(SYS_futex, &w, FUTEX_WAIT_PRIVATE, 8, NULL, NULL,
+                           0) == -1 &&
+        errno == EAGAIN);
+  return 0;
+}
+
+static void test_errors_and_timeouts(void **state) {
+  (void)state;
+  run_fibers(1, errors_main, NULL);
+  assert_no_failures();
+}
+
+/* ---- requeue and wake-op ---------------------------------------------- */
+
+static _Atomic uint32_t cv, lk;
+
+static int cv_waiter(void *arg) {
+  (void)arg;
+  CHECK(fx(&cv, FUTEX_WAIT_PRIVATE, 0, &five_s, NULL, 0) == 0);
+  atomic_fetch_add(&woke, 1);
+  return 0;
+}
+
+static int requeue_main(void *arg) {
+  (void)arg;
+  iof_executor_ref ex = iof_env_current()->executor;
+  for (int i = 0; i < 4; i++)
+    CHECK(iof_run_async(ex, NULL, cv_waiter, NULL) == 0);
+  iof_yield();
+  /* The compared value is wrong: nothing happens. */
+  errno = 0;
+  CHECK(fx(&cv, FUTEX_CMP_REQUEUE_PRIVATE, 1, (void *)(uintptr_t)1, &lk, 5) ==
+            -1 &&
+        errno == EAGAIN);
+  /* Wake 1, move 2 to lk: 3 (woken + moved). */
+  CHECK(fx(&cv, FUTEX_CMP_REQUEUE_PRIVATE, 1, (void *)(uintptr_t)2, &lk, 0) ==
+        3);
+  iof_yield();
+  CHECK(atomic_load(&woke) == 1);
+  /* The moved ones wait on lk now, the last one still on cv. */
+  CHECK(fx(&cv, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0) == 1);
+  iof_yield();
+  CHECK(atomic_load(&woke) == 2);
+  /* FUTEX_REQUEUE counts only the woken: wake 0... 1 (as the kernel: at
+   * least one), move the other. */
+  CHECK(fx(&lk, FUTEX_REQUEUE_PRIVATE, 1, (void *)(uintptr_t)1, &cv, 0) == 1);
+  iof_yield();
+  CHECK(atomic_load(&woke) == 3);
+  /* Wake-op: set cv to 1, wake one on cv; old value 0 == 0: one on lk. */
+  CHECK(iof_run_async(ex, NULL, cv_waiter, NULL) == 0);
+  iof_yield();
+  /* Now: one waiter on cv (requeued), one on cv (new): wake 2 there. */
+  int op = FUTEX_OP(FUTEX_OP_SET, 1, FUTEX_OP_CMP_EQ, 0);
+  CHECK(fx(&lk, FUTEX_WAKE_OP_PRIVATE, 0, (void *)(uintptr_t)2, &cv,
+           (uint32_t)op) == 2);
+  CHECK(atomic_load(&cv) == 1);
+  iof_yield();
+  CHECK(atomic_load(&woke) == 5);
+  return 0;
+}
+
+static void test_requeue_and_wake_op(void **state) {
+  (void)state;
+  atomic_store(&cv, 0);
+  atomic_store(&lk, 0);
+  atomic_store(&woke, 0);
+  run_fibers(1, requeue_main, NULL);
+  assert_no_failures();
+  assert_int_equal(atomic_load(&woke), 5);
+}
+
+/* ---- a shared word woken behind the table's back ---------------------- */
+
+static void *raw_waker(void *arg) {
+  (void)arg;
+  usleep(50000);
+  atomic_store(&word, 1);
+  /* Straight to the kernel (another process would do the same). */
+  syscall(SYS_futex, &word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  return NULL;
+}
+
+static atomic_int ticks;
+static atomic_bool shared_done;
+
+static int ticker(void *arg) {
+  (void)arg;
+  while (!atomic_load(&shared_done)) {
+    atomic_fetch_add(&ticks, 1);
+    iof_sleep_for(2000000);
+  }
+  return 0;
+}
+
+static int shared_waiter(void *arg) {
+  (void)arg;
+  int64_t t0 = mono_ns();
+  CHECK(fx(&word, FUTEX_WAIT, 0, &five_s, NULL, 0) == 0);
+  int64_t took = mono_ns() - t0;
+  CHECK(took >= 45000000 && took < 1000000000LL);
+  atomic_store(&shared_done, true);
+  return 0;
+}
+
+static int shared_main(void *arg) {
+  (void)arg;
+  iof_executor_ref ex = iof_env_current()->executor;
+  CHECK(iof_run_async(ex, NULL, ticker, NULL) == 0);
+  CHECK(iof_run_async(ex, NULL, shared_waiter, NULL) == 0);
+  return 0;
+}
+
+static void test_shared_word_polled(void **state) {
+  (void)state;
+  atomic_store(&word, 0);
+  atomic_store(&ticks, 0);
+  atomic_store(&shared_done, false);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, raw_waker, NULL), 0);
+  run_fibers(1, shared_main, NULL);
+  pthread_join(t, NULL);
+  assert_no_failures();
+  assert_true(atomic_load(&ticks) >= 10); /* the thread kept running */
+}
+
+/* ---- IOF_TEST_THREADED: one futex lock, fibers on two io threads and
+ * plain threads ------------------------------------------------------- */
+
+enum { FIBERS = 6, PLAIN = 2, ROUNDS = 2000 };
+static _Atomic uint32_t mtx; /* 0 free, 1 locked, 2 locked with waiters */
+static long counter;
+static atomic_int timeouts;
+
+static void lock(void) {
+  uint32_t c = 0;
+  if (atomic_compare_exchange_strong(&mtx, &c, 1)) return;
+  if (c != 2) c = atomic_exchange(&mtx, 2);
+  while (c != 0) {
+    /* A lost wake-up shows as a timeout rather than a hang. */
+    struct timespec t = {2, 0};
+    if (iof_compat_syscall(SYS_futex, &mtx, FUTEX_WAIT_PRIVATE, 2, &t, NULL,
+                           0) == -1 &&
+        errno == ETIMEDOUT)
+      atomic_fetch_add(&timeouts, 1);
+    c = atomic_exchange(&mtx, 2);
+  }
+}
+
+static void unlock(void) {
+  if (atomic_exchange(&mtx, 0) == 2)
+    iof_compat_syscall(SYS_futex, &mtx, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void rounds(bool fiber) {
+  for (int i = 0; i < ROUNDS; i++) {
+    lock();
+    long v = counter;
+    /* Hold it across a switch now and then, so others queue up. */
+    if (fiber && i % 64 == 0) iof_yield();
+    counter = v + 1;
+    unlock();
+  }
+}
+
+static void *plain_rounds(void *arg) {
+  (void)arg;
+  rounds(false);
+  return NULL;
+}
+
+static int fiber_rounds(void *arg) {
+  (void)arg;
+  rounds(true);
+  return 0;
+}
+
+static void *io_thread(void *arg) {
+  iof_io_context *io = arg;
+  iof_io_context_run(io);
+  return NULL;
+}
+
+static void test_lock_fibers_and_threads(void **state) {
+  (void)state;
+  counter = 0;
+  atomic_store(&mtx, 0);
+  atomic_store(&timeouts, 0);
+  iof_io_context *io[2];
+  pthread_t th[2 + PLAIN];
+  for (int k = 0; k < 2; k++) {
+    io[k] = iof_io_context_create();
+    assert_non_null(io[k]);
+    for (int i = 0; i < FIBERS / 2; i++)
+      assert_int_equal(iof_run_async(iof_io_context_executor(io[k]), NULL,
+                                     fiber_rounds, NULL),
+                       0);
+  }
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(pthread_create(&th[k], NULL, io_thread, io[k]), 0);
+  for (int k = 0; k < PLAIN; k++)
+    assert_int_equal(pthread_create(&th[2 + k], NULL, plain_rounds, NULL), 0);
+  for (int k = 0; k < 2 + PLAIN; k++) pthread_join(th[k], NULL);
+  for (int k = 0; k < 2; k++)
+    assert_int_equal(iof_io_context_destroy(io[k]), 0);
+  assert_int_equal(counter, (long)(FIBERS + PLAIN) * ROUNDS);
+  assert_int_equal(atomic_load(&timeouts), 0);
+  assert_int_equal(atomic_load(&mtx), 0);
+}
+
+IOF_TEST_CHECK_FIXTURES(setup, teardown, 60)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_wait_wake_one_thread, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_counts_and_bitsets, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_errors_and_timeouts, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_requeue_and_wake_op, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_shared_word_polled, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lock_fibers_and_threads, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
