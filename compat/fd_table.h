@@ -155,6 +155,10 @@ static inline iof_fiber *iof__compat_fiber(void) {
   return f != &th->root && f->env ? f : NULL;
 }
 
+/* fcntl's blocking lock commands (F_SETLKW, F_OFD_SETLKW, F_SETLKW64):
+ * a fiber retries the non-blocking form between pauses (file_lock.c). */
+IOF_HIDDEN int iof__compat_setlkw(int fd, int cmd, void *lock);
+
 /* The io_context a fiber's waits use. */
 IOF_HIDDEN iof_io_context *iof__compat_io(iof_fiber *f);
 

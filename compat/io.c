@@ -642,6 +642,13 @@ int iof_compat_fcntl(int fd, int cmd, ...) {
 #endif
     r = iof__libc.fcntl(fd, cmd, va_arg(ap, int));
     break;
+  case F_SETLKW:
+  case F_OFD_SETLKW:
+#if defined(F_SETLKW64) && F_SETLKW64 != F_SETLKW
+  case F_SETLKW64:
+#endif
+    r = iof__compat_setlkw(fd, cmd, va_arg(ap, void *));
+    break;
   default: /* the rest take a pointer (locks, owners, hints) */
     r = iof__libc.fcntl(fd, cmd, va_arg(ap, void *));
     break;

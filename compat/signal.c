@@ -147,6 +147,14 @@ void iof__compat_signal_ran(int sig, int flags) {
   errno = saved;
 }
 
+unsigned iof__compat_intr_snap(iof_fiber *f, bool restartable) {
+  return f && f == main_fiber ? gen_for(restartable) : 0;
+}
+
+bool iof__compat_intr_since(iof_fiber *f, unsigned snap, bool restartable) {
+  return f && f == main_fiber && gen_for(restartable) != snap;
+}
+
 int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns) {
   if (f != main_fiber && deadline_ns >= 0)
     return iof__cthread_sleep(f, deadline_ns); /* a cancellation point */

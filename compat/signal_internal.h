@@ -31,6 +31,15 @@ IOF_HIDDEN bool iof__compat_intr_enter(iof_fiber *f, iof_io_op *op,
                                        bool restartable);
 IOF_HIDDEN int iof__compat_intr_leave(bool registered, int r);
 
+/* For a call made of several waits and tries (a lock retried between
+ * pauses): snap at the call's start; since says whether a handler that
+ * would have interrupted the call ran meanwhile, also outside its waits
+ * or in a wait that ended otherwise (main only; false for other fibers).
+ * restartable: only handlers without SA_RESTART count. */
+IOF_HIDDEN unsigned iof__compat_intr_snap(iof_fiber *f, bool restartable);
+IOF_HIDDEN bool iof__compat_intr_since(iof_fiber *f, unsigned snap,
+                                       bool restartable);
+
 /* A wait of the calling fiber f on nothing but its deadline (< 0: none,
  * main only), interruptible as above: -ETIMEDOUT at the deadline, -EINTR,
  * or -ECANCELED. Another fiber sleeps on the timers as iof_sleep_until. */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -84,6 +85,8 @@
   X(int, dup3, (int, int, int))                                                \
   X(int, fcntl, (int, int, ...))                                               \
   X(int, ioctl, (int, unsigned long, ...))                                     \
+  X(int, flock, (int, int))                                                    \
+  X(int, lockf, (int, int, off_t))                                             \
   X(int, setsockopt, (int, int, int, const void *, socklen_t))                 \
   X(int, getsockopt, (int, int, int, void *, socklen_t *))                     \
   X(int, shutdown, (int, int))                                                 \

@@ -61,6 +61,8 @@
 #define dup3(...) iof__libc.dup3(__VA_ARGS__)
 #define fcntl(...) iof__libc.fcntl(__VA_ARGS__)
 #define ioctl(...) iof__libc.ioctl(__VA_ARGS__)
+#define flock(...) iof__libc.flock(__VA_ARGS__)
+#define lockf(...) iof__libc.lockf(__VA_ARGS__)
 #define setsockopt(...) iof__libc.setsockopt(__VA_ARGS__)
 #define getsockopt(...) iof__libc.getsockopt(__VA_ARGS__)
 #define shutdown(...) iof__libc.shutdown(__VA_ARGS__)

@@ -240,7 +240,8 @@
   X(IO, pid_t, wait4, (pid_t p, int *s, int o, struct rusage *r),              \
     (p, s, o, r))                                                              \
   X(IO, int, waitid, (idtype_t t, id_t i, siginfo_t * s, int o), (t, i, s, o)) \
-  X(CNT, int, flock, (int fd, int op), (fd, op))                               \
+  X(IO, int, flock, (int fd, int op), (fd, op))                                \
+  X(IO, int, lockf, (int fd, int c, off_t n), (fd, c, n))                      \
   X(CNT, int, fsync, (int fd), (fd))                                           \
   X(CNT, int, fdatasync, (int fd), (fd))                                       \
   X(IO, int, sigwait, (const sigset_t *s, int *n), (s, n))                     \
@@ -542,6 +543,13 @@ IOF_HOOK_API int fcntl(int fd, int cmd, ...) {
  * call where off_t is 64 bits. */
 IOF_HOOK_API ssize_t sendfile64(int o, int i, off64_t *off, size_t n) {
   return sendfile(o, i, (off_t *)off, n);
+}
+#endif
+
+#ifdef __LP64__
+/* With _FILE_OFFSET_BITS=64, glibc's headers call lockf64. */
+IOF_HOOK_API int lockf64(int fd, int cmd, off64_t len) {
+  return lockf(fd, cmd, (off_t)len);
 }
 #endif
 

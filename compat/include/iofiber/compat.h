@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
@@ -91,6 +92,11 @@
 #define dup3 iof_compat_dup3
 #define fcntl iof_compat_fcntl
 #define ioctl iof_compat_ioctl
+#define flock(fd, op) iof_compat_flock(fd, op) /* not `struct flock` */
+#define lockf iof_compat_lockf
+#ifdef __LP64__
+#define lockf64 iof_compat_lockf /* _FILE_OFFSET_BITS=64 */
+#endif
 #define fdopen iof_compat_fdopen
 #define setsockopt iof_compat_setsockopt
 #define getsockopt iof_compat_getsockopt

@@ -258,7 +258,8 @@ IOF_API int iof_compat_sigprocmask(int how, const sigset_t *set, sigset_t *old);
  * wakes the fibers waiting on it with EBADF; a reused number never reaches
  * them. dup copies the user's blocking view. fcntl(2): F_GETFL shows the
  * user's O_NONBLOCK (not the runtime's); F_SETFL records it; F_DUPFD*
- * behave as dup; other commands pass through. ioctl(2): FIONBIO is
+ * behave as dup; F_SETLKW and F_OFD_SETLKW wait as iof_compat_flock
+ * below; other commands pass through. ioctl(2): FIONBIO is
  * recorded like F_SETFL; other requests pass through. -1 and errno as the
  * plain call. */
 IOF_API int iof_compat_close(int fd);
@@ -267,6 +268,16 @@ IOF_API int iof_compat_dup2(int fd, int fd2);
 IOF_API int iof_compat_dup3(int fd, int fd2, int flags);
 IOF_API int iof_compat_fcntl(int fd, int cmd, ...);
 IOF_API int iof_compat_ioctl(int fd, unsigned long req, ...);
+
+/* ---- file locks --------------------------------------------------------
+ * flock(2), lockf(3): a fiber waiting for a lock retries the non-blocking
+ * form between pauses of 50 us to 5 ms, so the other fibers of its thread
+ * run (one of them may hold the lock through its own open of the file).
+ * A handler without SA_RESTART ends the wait with EINTR, as in the
+ * kernel; each retry is a cancellation point. -1 and errno as the plain
+ * call (no EDEADLK: a fiber's wait is never queued in the kernel). */
+IOF_API int iof_compat_flock(int fd, int op);
+IOF_API int iof_compat_lockf(int fd, int cmd, off_t len);
 
 /* fdopen(3): stdio reads and writes through libc's internals, which no
  * fiber layer sees, so an fd the runtime made non-blocking goes back to
