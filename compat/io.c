@@ -490,19 +490,6 @@ int iof_compat_close(int fd) {
   return iof__libc.close(fd);
 }
 
-FILE *iof_compat_fdopen(int fd, const char *mode) {
-  /* The stream first: a refused mode leaves the fd as it was. */
-  FILE *f = iof__libc.fdopen(fd, mode);
-  iof__fd_slot *s = f ? iof__fd_slot_peek(fd) : NULL;
-  unsigned st = s ? atomic_load(&s->flags) : 0;
-  if (st & IOF__FD_RT_NB) {
-    int fl = iof__libc.fcntl(fd, F_GETFL);
-    if (fl >= 0 && iof__libc.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
-      atomic_store(&s->flags, (st & ~(unsigned)IOF__FD_RT_NB) | IOF__FD_PASS);
-  }
-  return f;
-}
-
 /* A new copy of from: its record, and in a child forked by a fiber, a
  * standard stream's blocking mode (dup2, or close + dup as GNU tar does). */
 static void copied(int from, int to) {

@@ -279,10 +279,11 @@ IOF_API int iof_compat_ioctl(int fd, unsigned long req, ...);
 IOF_API int iof_compat_flock(int fd, int op);
 IOF_API int iof_compat_lockf(int fd, int cmd, off_t len);
 
-/* fdopen(3): stdio reads and writes through libc's internals, which no
- * fiber layer sees, so an fd the runtime made non-blocking goes back to
- * blocking mode (as the program made it) and its later waits block the
- * thread; then the plain call. NULL and errno as fdopen. */
+/* fdopen(3): on an fd fibers wait on (a socket, a pipe) a stream whose
+ * reads and writes are iof_compat_read/write, so fgets, fread, fflush...
+ * suspend only the calling fiber; fileno() gives fd back, fclose closes it
+ * through iof_compat_close. On other fds (files, terminals, an fd with the
+ * program's own O_NONBLOCK) glibc's stream. NULL and errno as fdopen. */
 IOF_API FILE *iof_compat_fdopen(int fd, const char *mode);
 
 /* setsockopt(2), getsockopt(2), shutdown(2): passed to the kernel;

@@ -1,0 +1,110 @@
+/* stdio streams on the fds fibers wait on (fdopen).
+ *
+ * glibc's own streams read and write through its internal calls, which no
+ * interposer reaches: a fiber in fgets on a socket would hold its thread.
+ * fdopen of an fd the runtime waits on (a socket, a pipe) therefore makes
+ * a cookie stream whose reads and writes are compat's: a fiber waiting in
+ * fgets, fread or an fflush suspends, and a plain thread blocks as usual.
+ * The cookie is the fd itself (nothing allocated besides glibc's FILE);
+ * glibc's FILE keeps the fd number for fileno. Other fds (files,
+ * terminals, an fd with the program's own O_NONBLOCK) get glibc's stream. */
+#include <iofiber/compat_io.h>
+
+#include "compat/fd_table.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#define FD_OF(c) ((int)(intptr_t)(c))
+
+static ssize_t s_read(void *c, char *buf, size_t n) {
+  return iof_compat_read(FD_OF(c), buf, n);
+}
+
+/* glibc takes a short count for an error: write it all, or up to the
+ * error (errno set). */
+static ssize_t s_write(void *c, const char *buf, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = iof_compat_write(FD_OF(c), buf + done, n - done);
+    if (r <= 0) break;
+    done += (size_t)r;
+  }
+  return (ssize_t)done;
+}
+
+/* As glibc's stream does it: the fd's lseek (ESPIPE on sockets, pipes). */
+static int s_seek(void *c, off64_t *off, int whence) {
+  off64_t r = lseek64(FD_OF(c), *off, whence);
+  if (r < 0) return -1;
+  *off = r;
+  return 0;
+}
+
+static int s_close(void *c) {
+  return iof_compat_close(FD_OF(c));
+}
+
+static const cookie_io_functions_t fd_funcs = {s_read, s_write, s_seek,
+                                               s_close};
+
+/* Whether fibers wait on fd: the runtime made it non-blocking (a fiber
+ * asking first teaches the table, as its first read would). */
+static bool fibers_wait_on(int fd) {
+  iof__fd_slot *s =
+      iof__compat_fiber() ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
+  if (!s) return false;
+  unsigned st = atomic_load(&s->flags);
+  if (!st && iof__compat_fiber()) st = iof__fd_learn(fd, s);
+  return (st & IOF__FD_RT_NB) && !(st & (IOF__FD_USER_NB | IOF__FD_PASS));
+}
+
+static FILE *fail(int e) {
+  errno = e;
+  return NULL;
+}
+
+FILE *iof_compat_fdopen(int fd, const char *mode) {
+  if (!mode || !fibers_wait_on(fd)) return iof__libc.fdopen(fd, mode);
+  /* fdopen's checks, as glibc's: the mode, then the fd's access mode. */
+  int want_rd, want_wr, append = 0;
+  switch (mode[0]) {
+  case 'r':
+    want_rd = 1, want_wr = 0;
+    break;
+  case 'w':
+    want_rd = 0, want_wr = 1;
+    break;
+  case 'a':
+    want_rd = 0, want_wr = 1, append = 1;
+    break;
+  default:
+    return fail(EINVAL);
+  }
+  for (int i = 1; i < 5 && mode[i]; i++)
+    if (mode[i] == '+') {
+      want_rd = want_wr = 1;
+      break;
+    }
+  int fl = iof__libc.fcntl(fd, F_GETFL);
+  if (fl < 0) return NULL;
+  int acc = fl & O_ACCMODE;
+  if ((acc == O_RDONLY && want_wr) || (acc == O_WRONLY && want_rd))
+    return fail(EINVAL);
+  if (append && !(fl & O_APPEND) &&
+      iof__libc.fcntl(fd, F_SETFL, fl | O_APPEND) != 0)
+    return NULL;
+  const char *m = want_rd && want_wr ? (append ? "a+" : "r+")
+                  : want_rd          ? "r"
+                  : append           ? "a"
+                                     : "w";
+  FILE *f = fopencookie((void *)(intptr_t)fd, m, fd_funcs);
+  if (!f) return NULL;
+#ifdef __GLIBC__
+  f->_fileno = fd; /* fileno(); glibc's cookie I/O never uses it */
+#endif
+  return f;
+}
