@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <spawn.h>
+#include <stdio.h>
 
 #include "fiber/libc.h"
 #include "io/fd_wait.h"
@@ -158,6 +159,12 @@ static inline iof_fiber *iof__compat_fiber(void) {
 /* fcntl's blocking lock commands (F_SETLKW, F_OFD_SETLKW, F_SETLKW64):
  * a fiber retries the non-blocking form between pauses (file_lock.c). */
 IOF_HIDDEN int iof__compat_setlkw(int fd, int cmd, void *lock);
+
+/* A stdio stream on fd whose reads and writes are compat's (stdio.c); the
+ * cookie is the fd. m: "r", "w", "a", "r+", "a+". on_close (NULL: close
+ * the fd) runs at fclose. NULL + errno (ENOMEM). */
+IOF_HIDDEN FILE *iof__compat_fd_stream(int fd, const char *m,
+                                       cookie_close_function_t *on_close);
 
 /* The io_context a fiber's waits use. */
 IOF_HIDDEN iof_io_context *iof__compat_io(iof_fiber *f);

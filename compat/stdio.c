@@ -48,8 +48,17 @@ static int s_close(void *c) {
   return iof_compat_close(FD_OF(c));
 }
 
-static const cookie_io_functions_t fd_funcs = {s_read, s_write, s_seek,
-                                               s_close};
+FILE *iof__compat_fd_stream(int fd, const char *m,
+                            cookie_close_function_t *on_close) {
+  cookie_io_functions_t funcs = {s_read, s_write, s_seek,
+                                 on_close ? on_close : s_close};
+  FILE *f = fopencookie((void *)(intptr_t)fd, m, funcs);
+  if (!f) return NULL;
+#ifdef __GLIBC__
+  f->_fileno = fd; /* fileno(); glibc's cookie I/O never uses it */
+#endif
+  return f;
+}
 
 /* Whether fibers wait on fd: the runtime made it non-blocking (a fiber
  * asking first teaches the table, as its first read would). */
@@ -101,10 +110,5 @@ FILE *iof_compat_fdopen(int fd, const char *mode) {
                   : want_rd          ? "r"
                   : append           ? "a"
                                      : "w";
-  FILE *f = fopencookie((void *)(intptr_t)fd, m, fd_funcs);
-  if (!f) return NULL;
-#ifdef __GLIBC__
-  f->_fileno = fd; /* fileno(); glibc's cookie I/O never uses it */
-#endif
-  return f;
+  return iof__compat_fd_stream(fd, m, NULL);
 }

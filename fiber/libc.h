@@ -102,6 +102,8 @@
   X(long, syscall, (long, ...))                                                \
   X(int, pause, (void))                                                        \
   X(int, system, (const char *))                                               \
+  X(FILE *, popen, (const char *, const char *))                               \
+  X(int, pclose, (FILE *))                                                     \
   X(pid_t, waitpid, (pid_t, int *, int))                                       \
   X(pid_t, wait, (int *))                                                      \
   X(pid_t, wait4, (pid_t, int *, int, struct rusage *))                        \

@@ -75,6 +75,8 @@
 #define syscall(...) iof__libc.syscall(__VA_ARGS__)
 #define pause(...) iof__libc.pause(__VA_ARGS__)
 #define system(...) iof__libc.system(__VA_ARGS__)
+#define popen(...) iof__libc.popen(__VA_ARGS__)
+#define pclose(...) iof__libc.pclose(__VA_ARGS__)
 #define waitpid(...) iof__libc.waitpid(__VA_ARGS__)
 #define wait(...) iof__libc.wait(__VA_ARGS__)
 #define wait4(...) iof__libc.wait4(__VA_ARGS__)

@@ -3,7 +3,7 @@
  * protocol between two fibers of one thread works (with glibc's own
  * stream the reader would hold the thread and the writer never run);
  * fileno, fclose, EOF, large writes, fdopen's error codes, and glibc's
- * stream on a regular file. */
+ * stream on a regular file; popen's stream and pclose's wait likewise. */
 #include "check_test.h"
 
 #include <iofiber/compat_io.h>
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int sv[2];
@@ -191,6 +192,75 @@ static void test_errors_and_files(void **state) {
   assert_no_failures();
 }
 
+/* ---- popen and pclose ------------------------------------------------- */
+
+static int popen_fiber(void *arg) {
+  (void)arg;
+  /* Reading a command's output while it runs: the ticker goes on. */
+  int t0 = atomic_load(&ticks);
+  FILE *f = iof_compat_popen("sleep 0.05; echo one; sleep 0.05; echo two", "r");
+  CHECK(f != NULL);
+  if (!f) return 0;
+  char line[64];
+  CHECK(fgets(line, sizeof line, f) && strcmp(line, "one\n") == 0);
+  CHECK(fgets(line, sizeof line, f) && strcmp(line, "two\n") == 0);
+  CHECK(fgets(line, sizeof line, f) == NULL && feof(f));
+  int st = iof_compat_pclose(f);
+  CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK(atomic_load(&ticks) - t0 >= 20);
+
+  /* Its exit status; pclose waits while the command still runs. */
+  f = iof_compat_popen("sleep 0.05; exit 3", "re");
+  CHECK(f != NULL && (fcntl(fileno(f), F_GETFD) & FD_CLOEXEC));
+  st = f ? iof_compat_pclose(f) : -1;
+  CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 3);
+
+  /* Writing to a command. */
+  char path[] = "/tmp/iof-popen-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "cat > %s", path);
+  f = iof_compat_popen(cmd, "w");
+  CHECK(f != NULL);
+  if (f) {
+    for (int i = 0; i < 1000; i++) fprintf(f, "line %d\n", i);
+    st = iof_compat_pclose(f);
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  FILE *in = fopen(path, "r");
+  int lines = 0;
+  while (in && fgets(line, sizeof line, in)) lines++;
+  if (in) fclose(in);
+  unlink(path);
+  CHECK(lines == 1000);
+
+  /* Modes. */
+  errno = 0;
+  CHECK(iof_compat_popen("true", "x") == NULL && errno == EINVAL);
+  errno = 0;
+  CHECK(iof_compat_popen("true", "") == NULL && errno == EINVAL);
+  atomic_store(&done, true);
+  return 0;
+}
+
+static void test_popen_in_a_fiber(void **state) {
+  (void)state;
+  atomic_store(&ticks, 0);
+  atomic_store(&done, false);
+  run_fibers(popen_fiber, ticker, NULL);
+  assert_no_failures();
+  /* Outside fibers: libc's stream, which pclose takes too. */
+  FILE *f = iof_compat_popen("echo plain", "r");
+  assert_non_null(f);
+  char line[32];
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_string_equal(line, "plain\n");
+  int st = iof_compat_pclose(f);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 IOF_TEST_CHECK_FIXTURES(setup, teardown, 30)
 
 int main(void) {
@@ -200,6 +270,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_megabyte_through_a_pipe, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_errors_and_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_popen_in_a_fiber, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -274,6 +274,7 @@
   Y(__cxa_thread_atexit_impl)                                                  \
   Y(system)                                                                    \
   Y(popen)                                                                     \
+  Y(pclose)                                                                    \
   Y(posix_spawn)                                                               \
   Y(posix_spawnp)                                                              \
   Y(sigaction)                                                                 \
@@ -963,6 +964,8 @@ DEF_EXEC_LIST(execle, EXEC_PATH_ENV, path)
  * popen's children inherit only fds without close-on-exec; posix_spawn's
  * file actions may dup any fd into the child, so all are. */
 int iof_compat_system(const char *cmd) IOF_HOOK_WEAK;
+FILE *iof_compat_popen(const char *cmd, const char *mode) IOF_HOOK_WEAK;
+int iof_compat_pclose(FILE *fp) IOF_HOOK_WEAK;
 int iof_compat_posix_spawn(pid_t *pid, const char *path,
                            const posix_spawn_file_actions_t *fa,
                            const posix_spawnattr_t *at, char *const argv[],
@@ -982,9 +985,19 @@ IOF_HOOK_API int system(const char *cmd) {
 }
 
 IOF_HOOK_API FILE *popen(const char *cmd, const char *mode) {
-  count(H_popen, iof__hook_in_fiber() ? C_FIBER : C_PLAIN);
+  bool in_fiber = iof__hook_in_fiber();
+  count(H_popen, in_fiber ? (iof_compat_popen ? C_FIBER : C_BLOCKED) : C_PLAIN);
+  if (in_fiber && iof_compat_popen) return iof_compat_popen(cmd, mode);
   child_fds(true, false, NULL);
   WITH_CHILD_MASK(FILE *, REAL(popen)(cmd, mode));
+}
+
+/* compat knows its own popen streams and gives it the others. */
+IOF_HOOK_API int pclose(FILE *fp) {
+  bool in_fiber = iof__hook_in_fiber();
+  count(H_pclose, in_fiber ? C_FIBER : C_PLAIN);
+  if (iof_compat_pclose && runtime_ready) return iof_compat_pclose(fp);
+  return REAL(pclose)(fp);
 }
 
 IOF_HOOK_API int posix_spawn(pid_t *pid, const char *path,

@@ -114,6 +114,8 @@
 #define sigwait iof_compat_sigwait
 #define waitpid iof_compat_waitpid
 #define system iof_compat_system
+#define popen iof_compat_popen
+#define pclose iof_compat_pclose
 #define posix_spawn iof_compat_posix_spawn
 #define posix_spawnp iof_compat_posix_spawnp
 #define wait(status) iof_compat_wait(status) /* not `union wait` */

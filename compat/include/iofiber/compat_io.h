@@ -179,6 +179,15 @@ IOF_API pid_t iof_compat_waitpid(pid_t pid, int *status, int options);
  * the fiber waits for it; SIGINT and SIGQUIT are ignored while it runs
  * (the child gets their defaults), as glibc does. */
 IOF_API int iof_compat_system(const char *cmd);
+/* As popen(3) and pclose(3). From a fiber the command starts through
+ * iof_compat_posix_spawn ("/bin/sh -c cmd") and the stream is a compat
+ * stream on the pipe (see iof_compat_fdopen): reading the command's output
+ * or writing its input suspends only the fiber, and so does pclose's (or
+ * fclose's) wait for the child. Outside fibers libc's popen. pclose takes
+ * either kind of stream. NULL/-1 and errno as the libc calls (EINVAL for
+ * a bad mode). */
+IOF_API FILE *iof_compat_popen(const char *cmd, const char *mode);
+IOF_API int iof_compat_pclose(FILE *stream);
 /* As posix_spawn(3) and posix_spawnp(3); from a fiber thread the child
  * starts with that thread's signal mask (iof_compat_pthread_sigmask),
  * unless attr sets one. Returns 0 or an errno value. */
