@@ -577,7 +577,7 @@ static bool rw_begin(void *p, iof__wait *w) {
   return queued;
 }
 
-static int rw_lock(pthread_rwlock_t *prw, bool write, bool try,
+static int rw_lock(pthread_rwlock_t *prw, bool write, bool try, clockid_t clock,
                    const struct timespec *abs, bool timed) {
   if (!prw) return EINVAL;
   crwlock *rw = CRW(prw);
@@ -588,7 +588,7 @@ static int rw_lock(pthread_rwlock_t *prw, bool write, bool try,
   if (r != EBUSY || try) return r;
   int64_t deadline = -1;
   if (timed) {
-    int e = iof__abs_to_mono(CLOCK_REALTIME, abs, &deadline);
+    int e = iof__abs_to_mono(clock, abs, &deadline);
     if (e < 0) return -e;
   }
   rw_op op = {rw, {0}, false};
@@ -606,24 +606,32 @@ static int rw_lock(pthread_rwlock_t *prw, bool write, bool try,
 }
 
 int iof_compat_pthread_rwlock_rdlock(pthread_rwlock_t *rw) {
-  return rw_lock(rw, false, false, NULL, false);
+  return rw_lock(rw, false, false, CLOCK_REALTIME, NULL, false);
 }
 int iof_compat_pthread_rwlock_tryrdlock(pthread_rwlock_t *rw) {
-  return rw_lock(rw, false, true, NULL, false);
+  return rw_lock(rw, false, true, CLOCK_REALTIME, NULL, false);
 }
 int iof_compat_pthread_rwlock_timedrdlock(pthread_rwlock_t *rw,
                                           const struct timespec *abstime) {
-  return rw_lock(rw, false, false, abstime, true);
+  return rw_lock(rw, false, false, CLOCK_REALTIME, abstime, true);
+}
+int iof_compat_pthread_rwlock_clockrdlock(pthread_rwlock_t *rw, clockid_t clock,
+                                          const struct timespec *abstime) {
+  return rw_lock(rw, false, false, clock, abstime, true);
 }
 int iof_compat_pthread_rwlock_wrlock(pthread_rwlock_t *rw) {
-  return rw_lock(rw, true, false, NULL, false);
+  return rw_lock(rw, true, false, CLOCK_REALTIME, NULL, false);
 }
 int iof_compat_pthread_rwlock_trywrlock(pthread_rwlock_t *rw) {
-  return rw_lock(rw, true, true, NULL, false);
+  return rw_lock(rw, true, true, CLOCK_REALTIME, NULL, false);
 }
 int iof_compat_pthread_rwlock_timedwrlock(pthread_rwlock_t *rw,
                                           const struct timespec *abstime) {
-  return rw_lock(rw, true, false, abstime, true);
+  return rw_lock(rw, true, false, CLOCK_REALTIME, abstime, true);
+}
+int iof_compat_pthread_rwlock_clockwrlock(pthread_rwlock_t *rw, clockid_t clock,
+                                          const struct timespec *abstime) {
+  return rw_lock(rw, true, false, clock, abstime, true);
 }
 
 /* Under rw->lk, the lock just became free: hand it to the first writer in

@@ -448,12 +448,23 @@ static int rw_main(void *arg) {
   CHECK(iof_compat_pthread_rwlock_trywrlock(&rw) == EBUSY);
   struct timespec ts = abs_in(CLOCK_REALTIME, 30);
   CHECK(iof_compat_pthread_rwlock_timedwrlock(&rw, &ts) == ETIMEDOUT);
+  ts = abs_in(CLOCK_MONOTONIC, 30);
+  CHECK(iof_compat_pthread_rwlock_clockwrlock(&rw, CLOCK_MONOTONIC, &ts) ==
+        ETIMEDOUT);
+  CHECK(iof_compat_pthread_rwlock_clockwrlock(&rw, CLOCK_PROCESS_CPUTIME_ID,
+                                              &ts) == EINVAL);
+  CHECK(iof_compat_pthread_rwlock_clockrdlock(&rw, CLOCK_MONOTONIC, &ts) ==
+        0); /* readers re-enter */
+  CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
   CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
   CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
   CHECK(iof_compat_pthread_rwlock_unlock(&rw) == EPERM);
   CHECK(iof_compat_pthread_rwlock_wrlock(&rw) == 0);
   CHECK(iof_compat_pthread_rwlock_wrlock(&rw) == EDEADLK);
   CHECK(iof_compat_pthread_rwlock_rdlock(&rw) == EDEADLK);
+  ts = abs_in(CLOCK_REALTIME, 30);
+  CHECK(iof_compat_pthread_rwlock_clockrdlock(&rw, CLOCK_REALTIME, &ts) ==
+        EDEADLK);
   CHECK(iof_compat_pthread_rwlock_destroy(&rw) == EBUSY);
   CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
   CHECK(iof_compat_pthread_rwlock_destroy(&rw) == 0);

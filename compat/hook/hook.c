@@ -213,6 +213,10 @@
   X(OBJ, int, pthread_rwlock_trywrlock, (pthread_rwlock_t * l), (l))           \
   X(OBJ, int, pthread_rwlock_timedwrlock,                                      \
     (pthread_rwlock_t * l, const struct timespec *t), (l, t))                  \
+  X(OBJ, int, pthread_rwlock_clockrdlock,                                      \
+    (pthread_rwlock_t * l, clockid_t k, const struct timespec *t), (l, k, t))  \
+  X(OBJ, int, pthread_rwlock_clockwrlock,                                      \
+    (pthread_rwlock_t * l, clockid_t k, const struct timespec *t), (l, k, t))  \
   X(OBJ, int, pthread_rwlock_unlock, (pthread_rwlock_t * l), (l))              \
   X(OBJ, int, pthread_key_create, (pthread_key_t * k, void (*d)(void *)),      \
     (k, d))                                                                    \

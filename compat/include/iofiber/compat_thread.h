@@ -242,6 +242,16 @@ IOF_API int iof_compat_pthread_rwlock_trywrlock(pthread_rwlock_t *rw);
 IOF_API int
 iof_compat_pthread_rwlock_timedwrlock(pthread_rwlock_t *rw,
                                       const struct timespec *abstime);
+#ifdef IOF__COMPAT_GNU
+/* As the timed ones on clock (CLOCK_REALTIME or CLOCK_MONOTONIC; another
+ * clock: EINVAL). */
+IOF_API int
+iof_compat_pthread_rwlock_clockrdlock(pthread_rwlock_t *rw, clockid_t clock,
+                                      const struct timespec *abstime);
+IOF_API int
+iof_compat_pthread_rwlock_clockwrlock(pthread_rwlock_t *rw, clockid_t clock,
+                                      const struct timespec *abstime);
+#endif
 IOF_API int iof_compat_pthread_rwlock_unlock(pthread_rwlock_t *rw);
 
 /* ---- barriers --------------------------------------------------------- */
