@@ -11,7 +11,8 @@
  * The table sees only wakes made through this function (the hook routes
  * libc's syscall() here). A process-shared word may be woken from another
  * process: a fiber waiting on one also re-reads the word, from every 1 ms
- * to every 64 ms, and returns 0 once it changed. */
+ * to every 64 ms, and returns 0 once it changed; its node stays queued
+ * between two reads, so that no wake from this process is lost then. */
 #include "compat/fd_table.h"
 #include "compat/thread_internal.h"
 
@@ -20,9 +21,10 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <stdarg.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -43,9 +45,12 @@ typedef struct fx_wait {
   bucket *_Atomic b;
   uint32_t val;
   uint32_t bitset;
-  iof__wnode node;
   uint32_t *orig; /* the word the call was given, checked by the kernel */
-  bool published;
+  iof__wnode node;
+  bool published; /* begin queued (or kept) the node for this pass */
+  bool gap;       /* between two polls, still queued: node.w is not live */
+  bool woken;     /* a wake took the node while its wait was settled (by
+                     its timer, or in a gap): it returns 0 */
 } fx_wait;
 
 static bucket *bucket_of(const uint32_t *addr) {
@@ -74,61 +79,117 @@ static bool any_waiting(void) {
   return atomic_fetch_add_explicit(&waiting, 0, memory_order_acq_rel) != 0;
 }
 
+/* Bucket locks are taken with every signal blocked: a handler that wakes
+ * a futex (async-signal-safe in the kernel) would otherwise spin on a
+ * lock its own thread holds. */
+static void lock_b(bucket *b, sigset_t *old) {
+  sigset_t all;
+  sigfillset(&all);
+  iof__libc.pthread_sigmask(SIG_BLOCK, &all, old);
+  iof__lk_lock(&b->lk);
+}
+
+static void unlock_b(bucket *b, const sigset_t *old) {
+  iof__lk_unlock(&b->lk);
+  iof__libc.pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* A child has only the forking thread: the parent's waiters (and a bucket
+ * lock another thread held) are not its own. */
+static void forked_child(void) {
+  memset(table, 0, sizeof table);
+  atomic_store(&waiting, 0);
+}
+
+__attribute__((constructor)) static void futex_fork_handler(void) {
+  (void)pthread_atfork(NULL, NULL, forked_child);
+}
+
 /* ---- waiting ---------------------------------------------------------- */
+
+static bucket *lock_own(fx_wait *fw, sigset_t *old);
 
 static bool wait_begin(void *p, iof__wait *w) {
   fx_wait *fw = p;
-  bucket *b = atomic_load_explicit(&fw->b, memory_order_relaxed);
-  iof__lk_lock(&b->lk);
-  /* Under the lock a requeue cannot move fw. A requeued wait compares
-   * nothing (nor does the kernel's), and reads no unchecked address. */
-  uint32_t *a = atomic_load_explicit(&fw->addr, memory_order_relaxed);
-  if (a == fw->orig && atomic_load_explicit((_Atomic uint32_t *)a,
-                                            memory_order_relaxed) != fw->val) {
-    iof__lk_unlock(&b->lk);
+  sigset_t old;
+  bucket *b = lock_own(fw, &old);
+  fw->gap = false;
+  if (fw->woken) { /* taken by a wake between two polls */
+    iof__wq_unlink(&b->q, &fw->node);
+    unlock_b(b, &old);
+    w->result = 0;
+    return false;
+  }
+  /* The first pass compares the word (under the lock a wake that changed
+   * it first is seen); later ones are still queued and compare nothing. */
+  if (!fw->node.linked &&
+      atomic_load_explicit((_Atomic uint32_t *)fw->orig,
+                           memory_order_relaxed) != fw->val) {
+    unlock_b(b, &old);
     w->result = -EAGAIN;
     return false;
   }
-  bool queued = iof__wq_push_publish(&b->q, &fw->node, &fw->published, w);
-  iof__lk_unlock(&b->lk);
+  bool queued;
+  if (fw->node.linked) {
+    fw->published = true;
+    queued = iof__wait_publish(w);
+    if (!queued) {
+      iof__wq_unlink(&b->q, &fw->node);
+      fw->published = false;
+    }
+  } else {
+    queued = iof__wq_push_publish(&b->q, &fw->node, &fw->published, w);
+  }
+  unlock_b(b, &old);
   return queued;
 }
 
 /* The bucket fw is queued in, locked (a requeue may move it meanwhile). */
-static bucket *lock_own(fx_wait *fw) {
+static bucket *lock_own(fx_wait *fw, sigset_t *old) {
   for (;;) {
     bucket *b = atomic_load_explicit(&fw->b, memory_order_relaxed);
-    iof__lk_lock(&b->lk);
+    lock_b(b, old);
     if (b == atomic_load_explicit(&fw->b, memory_order_relaxed)) return b;
-    iof__lk_unlock(&b->lk);
+    unlock_b(b, old);
   }
 }
 
-/* One suspension until a wake, the word changing under the bucket lock,
- * or deadline (CLOCK_MONOTONIC ns, < 0 none). 0, -EAGAIN or -ETIMEDOUT. */
-static int wait_once(fx_wait *fw, int64_t deadline) {
-  iof__cwait cw;
-  fw->node.w = &cw.w;
-  fw->published = false;
-  int r = iof__cwait_block(fw, wait_begin, &cw, deadline);
-  if (fw->published && !cw.w.by_waker) {
-    bucket *b = lock_own(fw);
-    iof__wq_unlink(&b->q, &fw->node);
-    iof__lk_unlock(&b->lk);
+static long fiber_wait(uint32_t *addr, int op, uint32_t val,
+                       const struct timespec *t, uint32_t bitset) {
+  int cmd = op & FUTEX_CMD_MASK;
+  bool private_ = op & FUTEX_PRIVATE_FLAG;
+  /* The kernel checks what it would check, without queueing us (a queued
+   * transient waiter could be requeued and its wake lost): the timeout
+   * and flags on a dummy word whose value differs (EAGAIN: all good), then
+   * the address and value with a requeue of nobody (0: it matched). */
+  if (t || (op & FUTEX_CLOCK_REALTIME)) {
+    uint32_t dummy = 0;
+    if (sys_futex(&dummy, op, 1, t, NULL, bitset) == 0 || errno != EAGAIN)
+      return -1;
   }
-  return r;
-}
+  if (bitset == 0) return fail(EINVAL);
+  int pflag = op & FUTEX_PRIVATE_FLAG;
+  if (sys_futex(addr, FUTEX_CMP_REQUEUE | pflag, 0, NULL, addr, val) < 0)
+    return -1;
+  int64_t deadline = -1;
+  if (t) {
+    struct timespec ts = *t; /* the kernel read it: readable, valid */
+    int64_t v = ts.tv_sec > INT64_MAX / 1000000000 - 1
+                    ? INT64_MAX
+                    : (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    if (cmd == FUTEX_WAIT) { /* relative */
+      int64_t now = iof__now_ns();
+      deadline = v > INT64_MAX - now ? INT64_MAX : now + v;
+    } else if (op & FUTEX_CLOCK_REALTIME) {
+      int r = iof__abs_to_mono(CLOCK_REALTIME, &ts, &deadline);
+      if (r < 0) return fail(-r);
+    } else {
+      deadline = v;
+    }
+    if (deadline <= iof__now_ns()) return fail(ETIMEDOUT);
+  }
 
-static long fiber_wait(uint32_t *addr, bool private_, uint32_t val,
-                       uint32_t bitset, int64_t deadline) {
-  /* The kernel checks the address (EFAULT, alignment) and the value for
-   * us: with a zero timeout a matching word times out at once. */
-  static const struct timespec zero = {0, 0};
-  int pflag = private_ ? FUTEX_PRIVATE_FLAG : 0;
-  if (sys_futex(addr, FUTEX_WAIT | pflag, val, &zero, NULL, 0) == 0) return 0;
-  if (errno != ETIMEDOUT) return -1;
-  if (deadline >= 0 && deadline <= iof__now_ns()) return fail(ETIMEDOUT);
-
+  int saved = errno;
   fx_wait fw = {.val = val, .bitset = bitset, .orig = addr};
   atomic_init(&fw.addr, addr);
   atomic_init(&fw.b, bucket_of(addr));
@@ -136,31 +197,56 @@ static long fiber_wait(uint32_t *addr, bool private_, uint32_t val,
   bool poll = !private_;  /* another process may wake a shared word */
   int64_t step = 1000000; /* re-read it from every 1 ms to every 64 ms */
   int r;
-  for (bool first = true;; first = false) {
+  iof__cwait cw;
+  fw.node.w = &cw.w;
+  for (;;) {
     int64_t until = deadline;
     if (poll) {
       int64_t next = iof__now_ns() + step;
       if (until < 0 || next < until) until = next;
     }
-    r = wait_once(&fw, until);
-    if (r == -EAGAIN && !first) r = 0; /* it matched before: changed since */
-    if (r != -ETIMEDOUT || until == deadline) break;
-    /* Requeued to a word of this process: its wake comes through here. */
-    if (atomic_load_explicit(&fw.addr, memory_order_relaxed) != addr)
-      poll = false;
+    fw.published = false;
+    r = iof__cwait_block(&fw, wait_begin, &cw, until);
+    if (!fw.published || cw.w.by_waker) break; /* answered by begin, woken */
+    /* Timed out, the node still queued unless a wake took it meanwhile. */
+    sigset_t old;
+    bucket *b = lock_own(&fw, &old);
+    bool again = false;
+    if (fw.woken) {
+      r = 0;
+    } else if (until != deadline) { /* a poll */
+      uint32_t *a = atomic_load_explicit(&fw.addr, memory_order_relaxed);
+      if (a != addr) /* requeued within this process: no more polls */
+        poll = false, again = true;
+      else if (atomic_load_explicit((_Atomic uint32_t *)addr,
+                                    memory_order_relaxed) != val)
+        r = 0;
+      else
+        again = true;
+    }
+    if (again)
+      fw.gap = true; /* cw is reset for the next pass: wakers keep off it */
+    else
+      iof__wq_unlink(&b->q, &fw.node);
+    unlock_b(b, &old);
+    if (!again) break;
     if (step < 64000000) step *= 2;
   }
-  atomic_fetch_sub_explicit(&waiting, 1, memory_order_relaxed);
-  return r < 0 ? fail(-r) : 0;
+  atomic_fetch_sub_explicit(&waiting, 1, memory_order_acq_rel);
+  if (r < 0) return fail(-r);
+  errno = saved;
+  return 0;
 }
 
 /* ---- waking ----------------------------------------------------------- */
 
-/* Claims up to n table waiters on addr whose bitset meets `bitset`, and
- * moves up to nq more to addr2 (a requeue; addr2 NULL: none). cmp: when
- * non-NULL, *addr must still equal *cmp (else -EAGAIN). Wakes the claimed
- * ones after the locks are released. Returns the number woken; *moved the
- * number requeued. */
+/* Takes up to n table waiters on addr whose bitset meets `bitset`, and
+ * moves up to nq more to addr2 (a requeue). cmp: when non-NULL, *addr
+ * must still equal *cmp (else -EAGAIN). Wakes the claimed ones after the
+ * locks are released. Returns the number woken; *moved the number
+ * requeued. A node whose wait was already settled (its timer fired, or it
+ * is between two polls) is taken too: its fiber returns 0, as a kernel
+ * waiter woken just as its timeout fired does. */
 static long table_wake(uint32_t *addr, int n, uint32_t bitset, uint32_t *addr2,
                        int nq, const uint32_t *cmp, int *moved) {
   *moved = 0;
@@ -168,16 +254,17 @@ static long table_wake(uint32_t *addr, int n, uint32_t bitset, uint32_t *addr2,
   bucket *b1 = bucket_of(addr);
   bucket *b2 = nq > 0 ? bucket_of(addr2) : b1;
   bucket *lo = b1 < b2 ? b1 : b2, *hi = b1 < b2 ? b2 : b1;
-  iof__lk_lock(&lo->lk);
-  if (hi != lo) iof__lk_lock(&hi->lk);
+  sigset_t old, old2;
+  lock_b(lo, &old);
+  if (hi != lo) lock_b(hi, &old2);
+  long woken = 0;
+  iof__wnode *claimed = NULL, **tail = &claimed;
+  iof__waitq movers = {0};
   if (cmp && atomic_load_explicit((_Atomic uint32_t *)addr,
                                   memory_order_relaxed) != *cmp) {
-    if (hi != lo) iof__lk_unlock(&hi->lk);
-    iof__lk_unlock(&lo->lk);
-    return -EAGAIN;
+    woken = -EAGAIN;
+    goto out;
   }
-  iof__wnode *claimed = NULL, **tail = &claimed;
-  long woken = 0;
   for (iof__wnode *nd = b1->q.head, *next; nd; nd = next) {
     next = nd->next;
     fx_wait *fw = of_node(nd);
@@ -185,26 +272,32 @@ static long table_wake(uint32_t *addr, int n, uint32_t bitset, uint32_t *addr2,
     if (woken < n) {
       if (!(fw->bitset & bitset)) continue;
       iof__wq_unlink(&b1->q, nd);
-      if (iof__wait_claim(nd->w, 0, 0)) {
+      if (!fw->gap && iof__wait_claim(nd->w, 0, 0)) {
         *tail = nd; /* chained through next, free once unlinked */
         tail = &nd->next;
-        woken++;
+      } else {
+        fw->woken = true;
       }
+      woken++;
     } else if (*moved < nq) {
-      if (atomic_load_explicit(&nd->w->state, memory_order_acquire) !=
-          IOF__W_WAITING)
-        continue; /* settled by its timer: it unlinks itself */
+      (*moved)++;
+      if (addr2 == addr) continue; /* the same word: stays in place */
       iof__wq_unlink(&b1->q, nd);
       atomic_store_explicit(&fw->addr, addr2, memory_order_relaxed);
       atomic_store_explicit(&fw->b, b2, memory_order_relaxed);
-      iof__wq_push(&b2->q, nd);
-      (*moved)++;
+      iof__wq_push(&movers, nd); /* after the scan: b2 may be b1 */
     } else {
       break;
     }
   }
-  if (hi != lo) iof__lk_unlock(&hi->lk);
-  iof__lk_unlock(&lo->lk);
+  while (movers.head) {
+    iof__wnode *nd = movers.head;
+    iof__wq_unlink(&movers, nd);
+    iof__wq_push(&b2->q, nd);
+  }
+out:
+  if (hi != lo) unlock_b(hi, &old2);
+  unlock_b(lo, &old);
   while (claimed) {
     iof__wnode *nd = claimed;
     claimed = nd->next;
@@ -225,13 +318,14 @@ static long wake(uint32_t *addr, int op, int n, uint32_t bitset) {
   return t + k;
 }
 
-/* FUTEX_(CMP_)REQUEUE: the table's waiters, then the kernel's. */
+/* FUTEX_(CMP_)REQUEUE: the table's waiters, then the kernel's; the count
+ * is of the woken and the moved, as the kernel's. */
 static long requeue(uint32_t *addr, int op, int n, int nq, uint32_t *addr2,
                     bool cmp, uint32_t val3) {
   if (n < 0 || nq < 0) return fail(EINVAL);
-  /* The kernel checks both addresses and the value first (wake 0, move
-   * 0: nothing else happens), before the table reads the word. */
-  if (cmp && sys_futex(addr, op, 0, NULL, addr2, val3) < 0) return -1;
+  /* The kernel checks both addresses (and the value) first: wake 0, move
+   * 0, nothing else happens. */
+  if (sys_futex(addr, op, 0, NULL, addr2, val3) < 0) return -1;
   int moved;
   long t = table_wake(addr, n, FUTEX_BITSET_MATCH_ANY, addr2, nq,
                       cmp ? &val3 : NULL, &moved);
@@ -239,8 +333,7 @@ static long requeue(uint32_t *addr, int op, int n, int nq, uint32_t *addr2,
   long k = sys_futex(addr, op, (uint32_t)(n - t),
                      (const void *)(uintptr_t)(nq - moved), addr2, val3);
   if (k < 0) return t + moved > 0 ? t + moved : -1;
-  /* CMP_REQUEUE counts the moved waiters too; REQUEUE only the woken. */
-  return cmp ? t + moved + k : t + k;
+  return t + moved + k;
 }
 
 /* FUTEX_WAKE_OP: the kernel applies the operation and wakes its own
@@ -253,7 +346,8 @@ static long wake_op(uint32_t *addr, int op, int n, int n2, uint32_t *addr2,
                      val3);
   if (k < 0) return -1;
   int moved;
-  long t = table_wake(addr, n, FUTEX_BITSET_MATCH_ANY, NULL, 0, NULL, &moved);
+  long t = table_wake(addr, n > 0 ? n : 1, FUTEX_BITSET_MATCH_ANY, NULL, 0,
+                      NULL, &moved);
   if (n2 > 0)
     t += table_wake(addr2, n2, FUTEX_BITSET_MATCH_ANY, NULL, 0, NULL, &moved);
   return k + t;
@@ -261,48 +355,21 @@ static long wake_op(uint32_t *addr, int op, int n, int n2, uint32_t *addr2,
 
 /* ---- the call --------------------------------------------------------- */
 
-static int64_t ts_ns(const struct timespec *t) {
-  if (t->tv_sec > INT64_MAX / 1000000000 - 1) return INT64_MAX;
-  return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
-}
-
-static long wait_call(uint32_t *addr, int op, uint32_t val,
-                      const struct timespec *t, uint32_t bitset) {
-  int cmd = op & FUTEX_CMD_MASK;
-  bool private_ = op & FUTEX_PRIVATE_FLAG;
-  if (bitset == 0) return fail(EINVAL);
-  if (!addr) return fail(EFAULT);
-  if ((uintptr_t)addr % 4) return fail(EINVAL);
-  int64_t deadline = -1;
-  if (t) {
-    if (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000)
-      return fail(EINVAL);
-    int64_t now = iof__now_ns(), v = ts_ns(t);
-    if (cmd == FUTEX_WAIT) { /* relative */
-      deadline = v > INT64_MAX - now ? INT64_MAX : now + v;
-    } else if (op & FUTEX_CLOCK_REALTIME) {
-      int r = iof__abs_to_mono(CLOCK_REALTIME, t, &deadline);
-      if (r < 0) return fail(-r);
-    } else {
-      deadline = v;
-    }
-  }
-  return fiber_wait(addr, private_, val, bitset, deadline);
-}
-
 long iof_compat_futex(uint32_t *uaddr, int futex_op, uint32_t val,
                       const struct timespec *timeout, uint32_t *uaddr2,
                       uint32_t val3) {
   int cmd = futex_op & FUTEX_CMD_MASK;
-  /* A child forked from a fiber has no table of its own: the copy holds
-   * the parent's waiters. */
-  if (iof__compat_forked) goto kernel;
+  /* The clock flag only goes with a wait: elsewhere the kernel's ENOSYS.
+   * A child forked from a fiber has no fibers of its own. */
+  if (iof__compat_forked || ((futex_op & FUTEX_CLOCK_REALTIME) &&
+                             cmd != FUTEX_WAIT_BITSET && cmd != FUTEX_WAIT))
+    goto kernel;
   switch (cmd) {
   case FUTEX_WAIT:
   case FUTEX_WAIT_BITSET:
     if (!iof__compat_fiber()) goto kernel;
-    return wait_call(uaddr, futex_op, val, timeout,
-                     cmd == FUTEX_WAIT ? FUTEX_BITSET_MATCH_ANY : val3);
+    return fiber_wait(uaddr, futex_op, val, timeout,
+                      cmd == FUTEX_WAIT ? FUTEX_BITSET_MATCH_ANY : val3);
   case FUTEX_WAKE:
   case FUTEX_WAKE_BITSET:
     return wake(uaddr, futex_op, (int)val,

@@ -10,6 +10,8 @@
 #include <iofiber/compat_thread.h>
 
 #include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdint.h>
@@ -189,6 +191,19 @@ static int errors_main(void *arg) {
   CHECK(fx(&w, FUTEX_WAIT_BITSET_PRIVATE, 7, &past, NULL,
            FUTEX_BITSET_MATCH_ANY) == -1 &&
         errno == ETIMEDOUT);
+  /* A wild timeout pointer, and flags the kernel refuses. */
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAIT_PRIVATE, 7, (void *)0x10, NULL, 0) == -1 &&
+        errno == EFAULT);
+  errno = 0;
+  CHECK(fx(&w, FUTEX_WAKE_PRIVATE | FUTEX_CLOCK_REALTIME, 1, NULL, NULL, 0) ==
+            -1 &&
+        errno == ENOSYS);
+  _Atomic uint32_t odd[2];
+  errno = 0;
+  CHECK(fx(&w, FUTEX_REQUEUE_PRIVATE, 1, (void *)(uintptr_t)1,
+           (_Atomic uint32_t *)((char *)odd + 1), 0) == -1 &&
+        errno == EINVAL);
   /* Nothing waits: wakes find nobody. */
   CHECK(fx(&w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0) == 0);
   /* Other numbers pass through iof_compat_syscall. */
@@ -237,9 +252,8 @@ static int requeue_main(void *arg) {
   CHECK(fx(&cv, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0) == 1);
   iof_yield();
   CHECK(atomic_load(&woke) == 2);
-  /* FUTEX_REQUEUE counts only the woken: wake 0... 1 (as the kernel: at
-   * least one), move the other. */
-  CHECK(fx(&lk, FUTEX_REQUEUE_PRIVATE, 1, (void *)(uintptr_t)1, &cv, 0) == 1);
+  /* FUTEX_REQUEUE: wake 1, move the other; counts both, as the kernel. */
+  CHECK(fx(&lk, FUTEX_REQUEUE_PRIVATE, 1, (void *)(uintptr_t)1, &cv, 0) == 2);
   iof_yield();
   CHECK(atomic_load(&woke) == 3);
   /* Wake-op: set cv to 1, wake one on cv; old value 0 == 0: one on lk. */
@@ -263,6 +277,233 @@ static void test_requeue_and_wake_op(void **state) {
   run_fibers(1, requeue_main, NULL);
   assert_no_failures();
   assert_int_equal(atomic_load(&woke), 5);
+}
+
+/* ---- requeue onto the same word: counted, not moved -------------------- */
+
+static int self_requeue_main(void *arg) {
+  (void)arg;
+  iof_executor_ref ex = iof_env_current()->executor;
+  for (int i = 0; i < 3; i++)
+    CHECK(iof_run_async(ex, NULL, cv_waiter, NULL) == 0);
+  iof_yield();
+  CHECK(fx(&cv, FUTEX_CMP_REQUEUE_PRIVATE, 0, (void *)(uintptr_t)50, &cv, 0) ==
+        3);
+  CHECK(fx(&cv, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0) == 3);
+  return 0;
+}
+
+static void test_requeue_onto_itself(void **state) {
+  (void)state;
+  atomic_store(&cv, 0);
+  atomic_store(&woke, 0);
+  run_fibers(1, self_requeue_main, NULL);
+  assert_no_failures();
+  assert_int_equal(atomic_load(&woke), 3);
+}
+
+/* ---- a requeue racing a fiber that is starting its wait ---------------- */
+
+static _Atomic uint32_t ra, rb;
+static atomic_int rstage;
+
+static int racing_waiter(void *arg) {
+  (void)arg;
+  atomic_store(&rstage, 1);
+  CHECK(fx(&ra, FUTEX_WAIT_PRIVATE, 0, &five_s, NULL, 0) == 0);
+  atomic_store(&rstage, 2);
+  return 0;
+}
+
+static void *racing_io(void *arg) {
+  (void)arg;
+  iof_io_context *io = iof_io_context_create();
+  if (!io) return NULL;
+  iof_run_async(iof_io_context_executor(io), NULL, racing_waiter, NULL);
+  iof_io_context_run(io);
+  iof_io_context_destroy(io);
+  return NULL;
+}
+
+/* The requeue moves the waiter as soon as it counts it; the wake on the
+ * new word must then reach it (IOF_TEST_THREADED). */
+static void test_requeue_races_wait_start(void **state) {
+  (void)state;
+  int lost = 0;
+  struct timespec ms = {0, 1000000};
+  for (int i = 0; i < 100; i++) {
+    atomic_store(&rstage, 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, racing_io, NULL), 0);
+    while (atomic_load(&rstage) == 0) sched_yield();
+    int64_t end = mono_ns() + 2000000000LL;
+    while (fx(&ra, FUTEX_CMP_REQUEUE_PRIVATE, 0, (void *)(uintptr_t)1, &rb,
+              0) == 0 &&
+           mono_ns() < end)
+      ;
+    nanosleep(&ms, NULL);
+    fx(&rb, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    end = mono_ns() + 200000000;
+    while (atomic_load(&rstage) != 2 && mono_ns() < end) nanosleep(&ms, NULL);
+    if (atomic_load(&rstage) != 2) lost++;
+    while (atomic_load(&rstage) != 2) {
+      fx(&ra, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+      fx(&rb, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+      nanosleep(&ms, NULL);
+    }
+    pthread_join(t, NULL);
+  }
+  assert_int_equal(lost, 0);
+  assert_no_failures();
+}
+
+/* ---- a wake from a signal handler on a thread that is waking ----------- */
+
+static _Atomic uint32_t words[4096];
+static _Atomic uint32_t *hx, *hy; /* two words of one bucket */
+static atomic_long handler_runs, wakes_done;
+static atomic_bool stop_sig;
+static pthread_t waker_thread;
+
+static void on_usr1(int sig) {
+  (void)sig;
+  int e = errno;
+  fx(hx, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  atomic_fetch_add(&handler_runs, 1);
+  errno = e;
+}
+
+static int hy_waiter(void *arg) {
+  (void)arg;
+  CHECK(fx(hy, FUTEX_WAIT_PRIVATE, 0, &five_s, NULL, 0) == 0);
+  return 0;
+}
+
+static void *hy_io(void *arg) {
+  (void)arg;
+  run_fibers(1, hy_waiter, NULL);
+  return NULL;
+}
+
+static void *hx_waker(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_sig)) {
+    fx(hx, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    atomic_fetch_add(&wakes_done, 1);
+  }
+  return NULL;
+}
+
+static void *sender(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_sig)) {
+    pthread_kill(waker_thread, SIGUSR1);
+    for (volatile int i = 0; i < 200; i++)
+      ;
+  }
+  return NULL;
+}
+
+static unsigned bucket_no(const void *a) {
+  return (unsigned)(((uint64_t)(uintptr_t)a * UINT64_C(0x9e3779b97f4a7c15)) >>
+                    56);
+}
+
+/* A fiber waits on hy, so wakes of hx (same bucket) take the bucket lock;
+ * a handler's wake of hx may land while its own thread holds it: no
+ * deadlock, the waker keeps going. */
+static void test_wake_from_signal_handler(void **state) {
+  (void)state;
+  hx = &words[0];
+  hy = NULL;
+  for (int i = 1; i < 4096 && !hy; i++)
+    if (bucket_no(&words[i]) == bucket_no(hx)) hy = &words[i];
+  assert_non_null(hy);
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sa.sa_flags = SA_RESTART;
+  assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+  atomic_store(&stop_sig, false);
+  pthread_t io, snd;
+  assert_int_equal(pthread_create(&io, NULL, hy_io, NULL), 0);
+  struct timespec ms20 = {0, 20000000};
+  nanosleep(&ms20, NULL);
+  assert_int_equal(pthread_create(&waker_thread, NULL, hx_waker, NULL), 0);
+  assert_int_equal(pthread_create(&snd, NULL, sender, NULL), 0);
+  long last = -1, stalls = 0;
+  for (int i = 0; i < 40; i++) {
+    nanosleep(&ms20, NULL);
+    long now = atomic_load(&wakes_done) + atomic_load(&handler_runs);
+    if (now == last) stalls++;
+    last = now;
+  }
+  atomic_store(&stop_sig, true);
+  /* Progress in the loop or in handlers: else the waker deadlocked. */
+  assert_int_equal(stalls, 0);
+  pthread_join(snd, NULL);
+  pthread_join(waker_thread, NULL);
+  atomic_store(hy, 1);
+  fx(hy, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  pthread_join(io, NULL);
+  sigaction(SIGUSR1, &old, NULL);
+  assert_true(atomic_load(&handler_runs) > 0);
+  assert_no_failures();
+}
+
+/* ---- fork from a plain thread while a fiber waits ---------------------- */
+
+static _Atomic uint32_t fxw;
+static atomic_int child_woken;
+
+static int fork_waiter(void *arg) {
+  (void)arg;
+  CHECK(fx(&fxw, FUTEX_WAIT_PRIVATE, 0, &five_s, NULL, 0) == 0);
+  return 0;
+}
+
+static void *fork_io(void *arg) {
+  (void)arg;
+  run_fibers(1, fork_waiter, NULL);
+  return NULL;
+}
+
+static void *child_waiter(void *arg) {
+  (void)arg;
+  struct timespec t = {2, 0};
+  long r = fx(&fxw, FUTEX_WAIT_PRIVATE, 0, &t, NULL, 0);
+  atomic_store(&child_woken, r == 0 ? 1 : 2);
+  return NULL;
+}
+
+/* The child's wake reaches its own (kernel) waiter, not the parent's
+ * fiber that its copy of the table would hold. */
+static void test_fork_from_plain_thread(void **state) {
+  (void)state;
+  atomic_store(&fxw, 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, fork_io, NULL), 0);
+  struct timespec ms50 = {0, 50000000};
+  nanosleep(&ms50, NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    alarm(5);
+    pthread_t c;
+    if (pthread_create(&c, NULL, child_waiter, NULL) != 0) _exit(3);
+    struct timespec ms100 = {0, 100000000};
+    nanosleep(&ms100, NULL);
+    long r = fx(&fxw, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    pthread_join(c, NULL);
+    _exit(r == 1 && atomic_load(&child_woken) == 1 ? 0 : 1);
+  }
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  assert_int_equal(fx(&fxw, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0), 1);
+  pthread_join(t, NULL);
+  assert_no_failures();
 }
 
 /* ---- a shared word woken behind the table's back ---------------------- */
@@ -413,6 +654,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_errors_and_timeouts, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_requeue_and_wake_op, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_requeue_onto_itself, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_requeue_races_wait_start, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_wake_from_signal_handler, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_fork_from_plain_thread, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_shared_word_polled, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lock_fibers_and_threads, setup,
