@@ -15,6 +15,7 @@
  * between two reads, so that no wake from this process is lost then. */
 #include "compat/fd_table.h"
 #include "compat/thread_internal.h"
+#include "fiber/fiber_internal.h"
 
 #include <iofiber/compat_io.h>
 
@@ -368,6 +369,13 @@ long iof_compat_futex(uint32_t *uaddr, int futex_op, uint32_t val,
   case FUTEX_WAIT:
   case FUTEX_WAIT_BITSET:
     if (!iof__compat_fiber()) goto kernel;
+    /* A word among the fiber thread's own thread-locals has the same
+     * address in every fiber thread of its io thread, and its value moves
+     * out when another one is switched in: a waker's store could land in
+     * another thread's copy, and a record holding it be queued twice
+     * (InnoDB's group-commit waiter). Such a wait stays the kernel's and
+     * holds the io thread, so the values stay in place until it ends. */
+    if (iof__tls_owns(uaddr)) goto kernel;
     return fiber_wait(uaddr, futex_op, val, timeout,
                       cmd == FUTEX_WAIT ? FUTEX_BITSET_MATCH_ANY : val3);
   case FUTEX_WAKE:
