@@ -175,17 +175,16 @@ static long fiber_wait(uint32_t *addr, int op, uint32_t val,
   int64_t deadline = -1;
   if (t) {
     struct timespec ts = *t; /* the kernel read it: readable, valid */
-    int64_t v = ts.tv_sec > INT64_MAX / 1000000000 - 1
-                    ? INT64_MAX
-                    : (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     if (cmd == FUTEX_WAIT) { /* relative */
-      int64_t now = iof__now_ns();
-      deadline = v > INT64_MAX - now ? INT64_MAX : now + v;
-    } else if (op & FUTEX_CLOCK_REALTIME) {
-      int r = iof__abs_to_mono(CLOCK_REALTIME, &ts, &deadline);
-      if (r < 0) return fail(-r);
+      int64_t v = ts.tv_sec > INT64_MAX / 1000000000 - 1
+                      ? INT64_MAX
+                      : (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+      deadline = iof__sat_add(iof__now_ns(), v);
     } else {
-      deadline = v;
+      int r = iof__abs_to_mono(op & FUTEX_CLOCK_REALTIME ? CLOCK_REALTIME
+                                                         : CLOCK_MONOTONIC,
+                               &ts, &deadline);
+      if (r < 0) return fail(-r);
     }
     if (deadline <= iof__now_ns()) return fail(ETIMEDOUT);
   }

@@ -60,15 +60,12 @@ FILE *iof__compat_fd_stream(int fd, const char *m,
   return f;
 }
 
-/* Whether fibers wait on fd: the runtime made it non-blocking (a fiber
- * asking first teaches the table, as its first read would). */
+/* Whether fibers wait on fd (the runtime made it non-blocking; a fiber
+ * asking first teaches the table, as its first read would): the test
+ * compat's reads and writes begin with. */
 static bool fibers_wait_on(int fd) {
-  iof__fd_slot *s =
-      iof__compat_fiber() ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
-  if (!s) return false;
-  unsigned st = atomic_load(&s->flags);
-  if (!st && iof__compat_fiber()) st = iof__fd_learn(fd, s);
-  return (st & IOF__FD_RT_NB) && !(st & (IOF__FD_USER_NB | IOF__FD_PASS));
+  iof__fd_op op;
+  return iof__fd_begin(&op, fd, EV_READ);
 }
 
 static FILE *fail(int e) {
