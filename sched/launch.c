@@ -255,6 +255,23 @@ static iof_fiber *strand_yield_hook(iof_fiber *h, void *arg) {
   return iof__strand_yield(h, arg);
 }
 
+/* iof_yield away from home: through the executor (a post), or the
+ * strand's own requeue. Kept out of line so that the fast path in
+ * iof_yield sets up no frame for it. */
+__attribute__((noinline)) static int yield_posted(iof_fiber *self) {
+  if (iof__env_stopping(self->env)) return -ECANCELED;
+  if (iof__is_strand_of(self->env->executor, self)) {
+    int err = 0;
+    iof_fiber_suspend_with(strand_yield_hook, &err);
+    iof__refresh_allocator(self);
+    return err;
+  }
+  /* await_in directly, not iof_await: one frame fewer to return through
+   * after the switch (each return there is mispredicted). */
+  hop hp = {self->env->executor, 0, 1};
+  return await_in(self, &hp, &hop_vtbl);
+}
+
 int iof_yield(void) {
   iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
@@ -277,17 +294,7 @@ int iof_yield(void) {
       return k->yield(ctx, th, self, next);
     }
   }
-  if (iof__env_stopping(self->env)) return -ECANCELED;
-  if (iof__is_strand_of(self->env->executor, self)) {
-    int err = 0;
-    iof_fiber_suspend_with(strand_yield_hook, &err);
-    iof__refresh_allocator(self);
-    return err;
-  }
-  /* await_in directly, not iof_await: one frame fewer to return through
-   * after the switch (each return there is mispredicted). */
-  hop hp = {self->env->executor, 0, 1};
-  return await_in(self, &hp, &hop_vtbl);
+  return yield_posted(self);
 }
 
 int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,

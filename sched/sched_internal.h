@@ -164,21 +164,6 @@ IOF_HIDDEN void iof__strand_release(iof_fiber *f);
  * executor refused it. */
 IOF_HIDDEN iof_fiber *iof__strand_yield(iof_fiber *h, int *err);
 
-/* True if ex is the strand h holds. */
-IOF_HIDDEN bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h);
-
-/* The inner executor of ex if ex is the strand h holds; else an empty
- * ref. */
-IOF_HIDDEN iof_executor_ref iof__strand_inner_of(iof_executor_ref ex,
-                                                 const iof_fiber *h);
-
-/* iof_yield of h, which holds its strand, on the thread that runs the
- * strand's inner executor (a context's own, which only this thread runs):
- * NULL when no fiber waits for the strand (h keeps it; one atomic load);
- * else h is queued behind the waiters and the first of them, returned,
- * now holds the strand and must be queued on the inner executor. */
-IOF_HIDDEN iof_fiber *iof__strand_pass(iof_fiber *h);
-
 /* CLOCK_MONOTONIC in nanoseconds (deadlines of sched/ and io/). */
 IOF_HIDDEN int64_t iof__now_ns(void);
 
@@ -288,6 +273,56 @@ static inline void iof__q_append(iof_fiber_queue *q, iof_fiber_queue *from) {
     q->head = from->head;
   q->tail = from->tail;
   from->head = from->tail = NULL;
+}
+
+/* A strand: a lock and a FIFO in front of any executor (sched/strand.c).
+ * Visible here so that iof_yield's fast path reads it inline. */
+struct iof_strand {
+  iof_executor_ref inner;
+  atomic_flag lock; /* held for a few queue operations only: a spin lock
+                       costs a few instructions where a mutex costs ~40,
+                       on every yield of a shared strand */
+  iof_fiber_queue q;
+  bool busy;
+  /* q is not empty: written under the lock, read without it by a holder's
+   * yield (iof__strand_pass), for which a post racing the read is a post
+   * that came just after it. */
+  atomic_bool waiting;
+  /* Work counted through the strand (its chains, guards): a chain that is
+   * suspended holds no lock yet will come back through the strand. */
+  atomic_long work;
+};
+
+IOF_HIDDEN extern const iof_executor_vtbl iof__strand_vtbl;
+
+/* True if ex is the strand h holds. */
+static inline bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h) {
+  return h->strand && ex.vt == &iof__strand_vtbl && ex.ex == h->strand;
+}
+
+/* The inner executor of ex if ex is the strand h holds; else an empty
+ * ref. */
+static inline iof_executor_ref iof__strand_inner_of(iof_executor_ref ex,
+                                                    const iof_fiber *h) {
+  if (!iof__is_strand_of(ex, h)) return (iof_executor_ref){NULL, NULL};
+  return ((const iof_strand *)h->strand)->inner;
+}
+
+/* Queues h, which holds its strand, behind the fibers waiting for it and
+ * returns the first of them, which now holds the strand (NULL: nobody
+ * waits any more, h keeps it). */
+IOF_HIDDEN iof_fiber *iof__strand_pass_slow(iof_fiber *h);
+
+/* iof_yield of h, which holds its strand, on the thread that runs the
+ * strand's inner executor (a context's own, which only this thread runs):
+ * NULL when no fiber waits for the strand (h keeps it; one atomic load);
+ * else h is queued behind the waiters and the first of them, returned,
+ * now holds the strand and must be queued on the inner executor. */
+static inline iof_fiber *iof__strand_pass(iof_fiber *h) {
+  if (!atomic_load_explicit(&((iof_strand *)h->strand)->waiting,
+                            memory_order_acquire))
+    return NULL;
+  return iof__strand_pass_slow(h);
 }
 
 /* Runs one ready fiber popped from a drain queue during destroy: resumes

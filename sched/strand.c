@@ -8,24 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-static const iof_executor_vtbl strand_vtbl;
-
-struct iof_strand {
-  iof_executor_ref inner;
-  atomic_flag lock; /* held for a few queue operations only: a spin lock
-                       costs a few instructions where a mutex costs ~40,
-                       on every yield of a shared strand */
-  iof_fiber_queue q;
-  bool busy;
-  /* q is not empty: written under the lock, read without it by a holder's
-   * yield (iof__strand_pass), for which a post racing the read is a post
-   * that came just after it. */
-  atomic_bool waiting;
-  /* Work counted through the strand (its chains, guards): a chain that is
-   * suspended holds no lock yet will come back through the strand. */
-  atomic_long work;
-};
-
 static void lock(iof_strand *s) {
   iof__spin_lock(&s->lock);
 }
@@ -120,7 +102,7 @@ static int strand_dispatch(const void *ex, iof_fiber *h) {
   iof_strand *s = (iof_strand *)ex;
   if (refuse(s, h)) return -ESHUTDOWN;
   /* Over another strand, h must go through that one too: post. */
-  if (s->inner.vt == &strand_vtbl ||
+  if (s->inner.vt == &iof__strand_vtbl ||
       !iof__thread_runs(iof_executor_context(s->inner)))
     return strand_post(ex, h);
   leave_outer(s, h);
@@ -164,18 +146,8 @@ iof_fiber *iof__strand_yield(iof_fiber *h, int *err) {
   return NULL;
 }
 
-bool iof__is_strand_of(iof_executor_ref ex, const iof_fiber *h) {
-  return h->strand && ex.vt == &strand_vtbl && ex.ex == h->strand;
-}
-
-iof_executor_ref iof__strand_inner_of(iof_executor_ref ex, const iof_fiber *h) {
-  if (!iof__is_strand_of(ex, h)) return (iof_executor_ref){NULL, NULL};
-  return ((const iof_strand *)ex.ex)->inner;
-}
-
-iof_fiber *iof__strand_pass(iof_fiber *h) {
+iof_fiber *iof__strand_pass_slow(iof_fiber *h) {
   iof_strand *s = h->strand;
-  if (!atomic_load_explicit(&s->waiting, memory_order_acquire)) return NULL;
   iof_fiber *next = queue_behind(s, h);
   if (next) {
     /* Nobody can hand h the strand back before h has switched away: only
@@ -204,12 +176,12 @@ static void strand_work_finished(const void *ex) {
   iof_executor_on_work_finished(inner);
 }
 
-static const iof_executor_vtbl strand_vtbl = {
+const iof_executor_vtbl iof__strand_vtbl = {
     strand_dispatch, strand_post,         NULL,
     strand_context,  strand_work_started, strand_work_finished};
 
 __attribute__((constructor)) static void name_strand(void) {
-  iof__debug_label(&strand_vtbl, "strand", NULL);
+  iof__debug_label(&iof__strand_vtbl, "strand", NULL);
 }
 
 iof_strand *iof_strand_create(iof_executor_ref inner) {
@@ -239,7 +211,7 @@ int iof_strand_destroy(iof_strand *s) {
 }
 
 iof_executor_ref iof_strand_executor(iof_strand *s) {
-  return iof_executor_make(s, s ? &strand_vtbl : NULL);
+  return iof_executor_make(s, s ? &iof__strand_vtbl : NULL);
 }
 
 bool iof_strand_running_in_this_thread(const iof_strand *s) {
