@@ -12,8 +12,8 @@
  * cancellation point. Outside fibers every call is the plain one. */
 #include <iofiber/compat_io.h>
 
+#include "compat/backoff.h"
 #include "compat/fd_table.h"
-#include "compat/signal_internal.h"
 #include "compat/thread_internal.h"
 
 #include <errno.h>
@@ -21,39 +21,20 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#define PAUSE_MIN_NS 50000LL
-#define PAUSE_MAX_NS 5000000LL
-
-/* One pause between two tries: 0 (try again) or -errno (EINTR,
- * ECANCELED). */
-static int pause_between(iof_fiber *f, int64_t *pause_ns) {
-  iof__cthread_testcancel();
-  iof_io_op op;
-  iof__io_op_init(&op, iof__compat_io(f), NULL, NULL, NULL);
-  bool reg = iof__compat_intr_enter(f, &op, true);
-  int r = iof__io_wait(&op, iof__now_ns() + *pause_ns);
-  r = iof__compat_intr_leave(reg, r);
-  if (*pause_ns < PAUSE_MAX_NS) *pause_ns *= 2;
-  return r == -ETIMEDOUT ? 0 : r;
-}
-
 /* Retries try(arg) (the non-blocking form: 0, or -1 + errno) while it
- * fails with a conflict (EAGAIN, EWOULDBLOCK, EACCES). errno is the try's,
- * or kept on success. */
+ * fails with a conflict (EAGAIN, EWOULDBLOCK, EACCES), pausing from 50 us
+ * to 5 ms between tries. errno is the try's, or kept on success. */
 static int until_taken(iof_fiber *f, int (*try)(void *), void *arg) {
   int saved = errno;
-  int64_t pause_ns = PAUSE_MIN_NS;
-  /* A handler may run between two pauses, or at the end of one that
-   * timed out: it still interrupts the call, as it would the kernel's. */
-  unsigned snap = iof__compat_intr_snap(f, true);
+  iof__backoff b;
+  iof__backoff_init(&b, f, 50000, 5000000, true);
   for (;;) {
     if (try(arg) == 0) {
       errno = saved;
       return 0;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EACCES) return -1;
-    int r = pause_between(f, &pause_ns);
-    if (r == 0 && iof__compat_intr_since(f, snap, true)) r = -EINTR;
+    int r = iof__backoff_pause(&b, INT64_MAX);
     if (r < 0) {
       errno = -r;
       return -1;

@@ -73,7 +73,7 @@ static int wait_set(int ep, int64_t deadline) {
   if (ep >= 0) return iof__fd_wait_plain(ep, EV_READ, deadline);
   int64_t next = iof__now_ns() + 10 * 1000000;
   if (deadline >= 0 && deadline < next) next = deadline;
-  int r = iof__compat_intr_sleep(iof__compat_fiber(), next);
+  int r = iof__compat_intr_sleep(iof__compat_fiber(), next, false);
   if (r != -ETIMEDOUT) return r;
   return deadline >= 0 && iof__now_ns() >= deadline ? -ETIMEDOUT : 0;
 }
@@ -213,7 +213,7 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
 /* poll(NULL, 0, ms) and select(0, ..., &tv) are sleeps. */
 static int sleep_to(int64_t deadline) {
   int saved = errno;
-  int r = iof__compat_intr_sleep(iof__compat_fiber(), deadline);
+  int r = iof__compat_intr_sleep(iof__compat_fiber(), deadline, false);
   errno = r != -ETIMEDOUT ? -r : saved;
   return r != -ETIMEDOUT ? -1 : 0;
 }

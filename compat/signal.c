@@ -155,15 +155,16 @@ bool iof__compat_intr_since(iof_fiber *f, unsigned snap, bool restartable) {
   return f && f == main_fiber && gen_for(restartable) != snap;
 }
 
-int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns) {
+int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns,
+                           bool restartable) {
   if (f != main_fiber && deadline_ns >= 0)
     return iof__cthread_sleep(f, deadline_ns); /* a cancellation point */
   for (;;) {
     iof_io_op op;
     iof__io_op_init(&op, iof__compat_io(f), NULL, NULL, NULL);
-    bool reg = iof__compat_intr_enter(f, &op, false);
+    bool reg = iof__compat_intr_enter(f, &op, restartable);
     int r = iof__compat_intr_leave(reg, iof__io_wait(&op, deadline_ns));
-    if (r != 0) return r; /* 0: woken for a signal that ran no handler */
+    if (r != 0) return r; /* 0: no handler, or SA_RESTART ones: go on */
   }
 }
 
@@ -446,7 +447,7 @@ static const struct timespec zero_ts = {0, 0};
 int iof_compat_pause(void) {
   iof_fiber *f = iof__compat_fiber();
   if (!f || f != main_fiber) return iof__libc.pause();
-  int r = iof__compat_intr_sleep(f, -1);
+  int r = iof__compat_intr_sleep(f, -1, false);
   errno = r == -EINTR ? EINTR : -r;
   return -1;
 }
@@ -480,7 +481,7 @@ static int sigsuspend_main(iof_fiber *f, const sigset_t *mask) {
     int sfd = iof__compat_admit_fd(mask);
     int r;
     if (sfd < 0) {
-      r = iof__compat_intr_sleep(f, -1);
+      r = iof__compat_intr_sleep(f, -1, false);
     } else {
       iof__fd_wait fw = {0};
       fw.fd = sfd;
@@ -577,7 +578,7 @@ static int sigtimedwait_poll(iof_fiber *f, const sigset_t *set, siginfo_t *info,
     if (deadline >= 0 && now >= deadline) return -1; /* EAGAIN */
     int64_t until =
         deadline >= 0 && deadline - now < step ? deadline : now + step;
-    int r = iof__compat_intr_sleep(f, until);
+    int r = iof__compat_intr_sleep(f, until, false);
     if (r != -ETIMEDOUT) {
       s = take_waited(set, info);
       errno = s > 0 ? saved : -r;

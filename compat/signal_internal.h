@@ -42,8 +42,10 @@ IOF_HIDDEN bool iof__compat_intr_since(iof_fiber *f, unsigned snap,
 
 /* A wait of the calling fiber f on nothing but its deadline (< 0: none,
  * main only), interruptible as above: -ETIMEDOUT at the deadline, -EINTR,
- * or -ECANCELED. Another fiber sleeps on the timers as iof_sleep_until. */
-IOF_HIDDEN int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns);
+ * or -ECANCELED. Another fiber sleeps on the timers as iof_sleep_until (a
+ * cancellation point of a fiber thread). restartable: as for intr_enter. */
+IOF_HIDDEN int iof__compat_intr_sleep(iof_fiber *f, int64_t deadline_ns,
+                                      bool restartable);
 
 /* For a wait whose signal mask is `mask` (ppoll, pselect, epoll_pwait,
  * sigsuspend): a signalfd that turns readable while a signal the thread

@@ -1,6 +1,7 @@
 /* compat's pthread mutex, condition variable, read-write lock, barrier,
  * once and POSIX unnamed semaphore, in place in the user's storage (see
  * thread_internal.h), plus the futex parker and futex lock under them. */
+#include "compat/backoff.h"
 #include "compat/thread_internal.h"
 
 #include <iofiber/compat_io.h>
@@ -911,8 +912,8 @@ int iof_compat_sem_init(sem_t *ps, int pshared, unsigned value) {
 }
 
 /* sem_wait & co on a libc semaphore. Outside fibers: libc's call. In a
- * fiber: sem_trywait, then a fiber sleep growing from 50 us to 5 ms, so
- * the other fibers of the thread (one of which may be the poster) run. */
+ * fiber: sem_trywait between pauses growing from 50 us to 5 ms, so the
+ * other fibers of the thread (one of which may be the poster) run. */
 static int libc_sem_wait(sem_t *ps, clockid_t clock, const struct timespec *abs,
                          bool timed) {
   int64_t deadline = INT64_MAX;
@@ -933,16 +934,15 @@ static int libc_sem_wait(sem_t *ps, clockid_t clock, const struct timespec *abs,
     rt.tv_nsec = (long)(t % 1000000000);
     return iof__libc.sem_timedwait(ps, &rt);
   }
-  int64_t delay = 50000;
+  /* Linux restarts the futex wait of libc's sem_wait after an SA_RESTART
+   * handler (signal(7) says never; the kernel does). */
+  iof__backoff b;
+  iof__backoff_init(&b, iof__cthr_fiber(), 50000, 5000000, true);
   for (;;) {
     if (iof__libc.sem_trywait(ps) == 0) return 0;
     if (errno != EAGAIN) return -1;
-    int64_t left = deadline - iof__now_ns();
-    if (left <= 0) return fail(ETIMEDOUT);
-    int64_t d = delay < left ? delay : left;
-    struct timespec ts = {(time_t)(d / 1000000000), (long)(d % 1000000000)};
-    if (iof_compat_nanosleep(&ts, NULL) != 0 && errno != EINTR) return -1;
-    if (delay < 5000000) delay *= 2;
+    int r = iof__backoff_pause(&b, deadline);
+    if (r < 0) return fail(-r);
   }
 }
 

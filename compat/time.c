@@ -17,7 +17,8 @@ static int fiber_sleep(int64_t ns) {
   int saved = errno;
   iof_fiber *f = iof__compat_fiber();
   int r = ns <= 0 ? iof_sleep_for(0)
-                  : iof__compat_intr_sleep(f, iof__sat_add(iof__now_ns(), ns));
+                  : iof__compat_intr_sleep(f, iof__sat_add(iof__now_ns(), ns),
+                                           false);
   errno = saved;
   return r == -ETIMEDOUT ? 0 : r;
 }

@@ -8,11 +8,15 @@
  * - the same with fcntl(F_OFD_SETLKW) and with lockf(F_LOCK) against a
  *   child process that holds a record lock for 100 ms;
  * - alarm() around fcntl(F_SETLKW) on a lock a child holds: EINTR from
- *   the SIGALRM handler (no SA_RESTART), as the kernel gives.
+ *   the SIGALRM handler (no SA_RESTART), as the kernel gives; with
+ *   SA_RESTART the wait goes on until the child lets go;
+ * - alarm() around sem_wait on a semaphore libc made (sem_open): the
+ *   same (Linux restarts its futex wait after an SA_RESTART handler).
  * Prints "all steps right" when every step is. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -151,6 +155,48 @@ int main(void) {
   close(fd);
   kill(pid, SIGKILL);
   CHECK(waitpid(pid, &st, 0) == pid, "child 2");
+
+  /* With SA_RESTART the lock wait goes on after the handler. */
+  sa.sa_flags = SA_RESTART;
+  CHECK(sigaction(SIGALRM, &sa, NULL) == 0, "sigaction SA_RESTART");
+  pid = child_holds(0, 1500);
+  fd = open(path, O_RDWR);
+  alarm(1);
+  t0 = mono_ms();
+  CHECK(fcntl(fd, F_SETLKW, &l) == 0, "SA_RESTART: the lock wait goes on");
+  CHECK(alarms == 2 && mono_ms() - t0 >= 1200, "the lock after the child's");
+  close(fd);
+  CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st),
+        "child 3");
+
+  /* sem_wait on libc's semaphore: restarted after an SA_RESTART handler
+   * (a child posts after 1.5 s), EINTR after one without. */
+  char name[64];
+  snprintf(name, sizeof name, "/iof-hook-sem-%d", (int)getpid());
+  sem_t *sem = sem_open(name, O_CREAT | O_EXCL, 0600, 0);
+  CHECK(sem != SEM_FAILED, "sem_open");
+  sem_unlink(name);
+  pid = fork();
+  if (pid == 0) {
+    usleep(1500000);
+    _exit(sem_post(sem) == 0 ? 0 : 1);
+  }
+  alarm(1);
+  t0 = mono_ms();
+  CHECK(sem_wait(sem) == 0, "SA_RESTART: sem_wait goes on to the post");
+  CHECK(alarms == 3 && mono_ms() - t0 >= 1200, "the post after the alarm");
+  CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st),
+        "child 4");
+  sa.sa_flags = 0;
+  CHECK(sigaction(SIGALRM, &sa, NULL) == 0, "sigaction without SA_RESTART");
+  alarm(1);
+  t0 = mono_ms();
+  errno = 0;
+  CHECK(sem_wait(sem) == -1 && errno == EINTR,
+        "the alarm ends sem_wait with EINTR");
+  CHECK(alarms == 4 && mono_ms() - t0 < 2500, "after the last alarm");
+  alarm(0);
+  sem_close(sem);
   unlink(path);
   if (!failed) printf("all steps right\n");
   return failed;

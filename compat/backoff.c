@@ -1,0 +1,33 @@
+/* Pauses of a call that polls for a change nothing announces: nothing
+ * tells a process when a file lock frees or a semaphore that libc made is
+ * posted. Short pauses first (the holder is often a fiber of this thread,
+ * about to run), growing so that a long wait costs little. Each pause is
+ * a wait like compat's others: interruptible for main (EINTR from a
+ * handler, also one that ran between two pauses), a cancellation point of
+ * a fiber thread. */
+#include "compat/backoff.h"
+
+#include "compat/signal_internal.h"
+#include "sched/sched_internal.h"
+
+#include <errno.h>
+
+void iof__backoff_init(iof__backoff *b, iof_fiber *f, int64_t min_ns,
+                       int64_t max_ns, bool restartable) {
+  b->f = f;
+  b->pause_ns = min_ns;
+  b->max_ns = max_ns;
+  b->restartable = restartable;
+  b->snap = iof__compat_intr_snap(f, restartable);
+}
+
+int iof__backoff_pause(iof__backoff *b, int64_t deadline_ns) {
+  int64_t now = iof__now_ns();
+  if (deadline_ns <= now) return -ETIMEDOUT;
+  int64_t until = iof__sat_add(now, b->pause_ns);
+  if (until > deadline_ns) until = deadline_ns;
+  int r = iof__compat_intr_sleep(b->f, until, b->restartable);
+  if (b->pause_ns < b->max_ns) b->pause_ns *= 2;
+  if (r != -ETIMEDOUT) return r;
+  return iof__compat_intr_since(b->f, b->snap, b->restartable) ? -EINTR : 0;
+}
