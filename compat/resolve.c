@@ -111,8 +111,18 @@ void iof_compat_freeaddrinfo(struct addrinfo *res) {
 /* ---- gethostbyname(_r) -----------------------------------------------------
  */
 
+/* What a hostent lookup asks for: a name (gethostbyname) or an address
+ * of a family (gethostbyaddr). */
+typedef struct hb_key {
+  const void *p;
+  size_t n; /* bytes at p: the name with its NUL, or the address */
+  int type; /* the address's family; -1: p is a name */
+} hb_key;
+
 typedef struct hb_job {
-  char *name;
+  void *key; /* a copy of the key's bytes, in mem */
+  socklen_t klen;
+  int type;
   struct hostent he, *result;
   int h_err, rc, err; /* err: errno the call left on the resolver, or 0 */
   char *buf;          /* inside mem, aligned like the caller's buffer */
@@ -123,8 +133,12 @@ typedef struct hb_job {
 static void hb_run(void *arg) {
   hb_job *j = arg;
   errno = 0;
-  j->rc = iof__libc.gethostbyname_r(j->name, &j->he, j->buf, j->len, &j->result,
-                                    &j->h_err);
+  if (j->type < 0)
+    j->rc = iof__libc.gethostbyname_r(j->key, &j->he, j->buf, j->len,
+                                      &j->result, &j->h_err);
+  else
+    j->rc = iof__libc.gethostbyaddr_r(j->key, j->klen, j->type, &j->he, j->buf,
+                                      j->len, &j->result, &j->h_err);
   j->err = errno;
 }
 
@@ -132,22 +146,23 @@ static void hb_release(void *arg) {
   free(arg);
 }
 
-/* Runs gethostbyname_r on the resolver with a private buffer of len bytes
+/* Runs the lookup on the resolver with a private buffer of len bytes
  * placed at the same alignment as `like`. NULL with *rc an error number
  * when the job could not run. */
-static hb_job *hb_lookup(const char *name, size_t len, const void *like,
+static hb_job *hb_lookup(const hb_key *k, size_t len, const void *like,
                          int *rc) {
-  size_t nl = strlen(name) + 1;
-  hb_job *j = malloc(sizeof *j + nl + len + 16);
+  hb_job *j = malloc(sizeof *j + k->n + len + 16);
   if (!j) {
     *rc = ENOMEM;
     return NULL;
   }
   memset(j, 0, sizeof *j);
-  j->name = memcpy(j->mem, name, nl);
+  j->key = memcpy(j->mem, k->p, k->n);
+  j->klen = (socklen_t)k->n;
+  j->type = k->type;
   /* glibc pads its pointer arrays by the buffer's address: keep the same
    * offset modulo 16 so that the copy stays aligned. */
-  uintptr_t base = (uintptr_t)(j->mem + nl);
+  uintptr_t base = (uintptr_t)(j->mem + k->n);
   uintptr_t want = (uintptr_t)like & 15;
   j->buf = (char *)(base + ((want - base) & 15));
   j->len = len;
@@ -178,13 +193,11 @@ static void hb_copy(const hb_job *j, struct hostent *ret, char *buf) {
     for (char **a = ret->h_addr_list; *a; a++) *a = rebase(*a, j, buf);
 }
 
-int iof_compat_gethostbyname_r(const char *name, struct hostent *ret, char *buf,
-                               size_t buflen, struct hostent **result,
-                               int *h_errnop) {
-  if (!iof__compat_fiber() || !name || !ret || !buf || !result || !h_errnop)
-    return iof__libc.gethostbyname_r(name, ret, buf, buflen, result, h_errnop);
+/* gethostbyname_r and gethostbyaddr_r in a fiber. */
+static int hb_lookup_r(const hb_key *k, struct hostent *ret, char *buf,
+                       size_t buflen, struct hostent **result, int *h_errnop) {
   int saved = errno, rc = 0;
-  hb_job *j = hb_lookup(name, buflen, buf, &rc);
+  hb_job *j = hb_lookup(k, buflen, buf, &rc);
   if (!j) {
     *result = NULL;
     *h_errnop = rc == ECANCELED ? TRY_AGAIN : NETDB_INTERNAL;
@@ -205,6 +218,51 @@ int iof_compat_gethostbyname_r(const char *name, struct hostent *ret, char *buf,
   return rc;
 }
 
+/* glibc dereferences every pointer of these calls unchecked: a NULL is
+ * EINVAL here, in fibers or not. */
+static int r_args_bad(const void *key, const struct hostent *ret,
+                      const char *buf, struct hostent **result, int *h_errnop) {
+  if (key && ret && buf && result && h_errnop) return 0;
+  if (result) *result = NULL;
+  if (h_errnop) *h_errnop = NETDB_INTERNAL;
+  errno = EINVAL;
+  return EINVAL;
+}
+
+static struct hostent *null_key(void) {
+  h_errno = NETDB_INTERNAL;
+  errno = EINVAL;
+  return NULL;
+}
+
+int iof_compat_gethostbyname_r(const char *name, struct hostent *ret, char *buf,
+                               size_t buflen, struct hostent **result,
+                               int *h_errnop) {
+  if (r_args_bad(name, ret, buf, result, h_errnop)) return EINVAL;
+  if (!iof__compat_fiber())
+    return iof__libc.gethostbyname_r(name, ret, buf, buflen, result, h_errnop);
+  hb_key k = {name, strlen(name) + 1, -1};
+  return hb_lookup_r(&k, ret, buf, buflen, result, h_errnop);
+}
+
+/* Whether an address lookup may need the network: a valid length for an
+ * IPv4 or IPv6 address. Anything else fails at once in libc. */
+static bool addr_lookup(socklen_t len, int type) {
+  return (type == AF_INET && len == sizeof(struct in_addr)) ||
+         (type == AF_INET6 && len == sizeof(struct in6_addr));
+}
+
+int iof_compat_gethostbyaddr_r(const void *addr, socklen_t len, int type,
+                               struct hostent *ret, char *buf, size_t buflen,
+                               struct hostent **result, int *h_errnop) {
+  if (r_args_bad(addr, ret, buf, result, h_errnop)) return EINVAL;
+  if (!iof__compat_fiber() || !addr_lookup(len, type))
+    return iof__libc.gethostbyaddr_r(addr, len, type, ret, buf, buflen, result,
+                                     h_errnop);
+  hb_key k = {addr, len, type};
+  return hb_lookup_r(&k, ret, buf, buflen, result, h_errnop);
+}
+
 /* gethostbyname's result: one per thread, read by the fiber before it
  * next suspends (glibc's own is one per process). The buffer grows on
  * ERANGE and stays for the thread's life. */
@@ -214,13 +272,13 @@ static __thread struct {
   size_t len;
 } tls_hb;
 
-struct hostent *iof_compat_gethostbyname(const char *name) {
-  if (!iof__compat_fiber() || !name) return iof__libc.gethostbyname(name);
+/* gethostbyname and gethostbyaddr in a fiber: the result in tls_hb. */
+static struct hostent *hb_lookup_static(const hb_key *k) {
   int saved = errno;
   for (size_t len = tls_hb.len ? tls_hb.len : 1024;; len *= 2) {
     int rc = 0;
     /* The thread after the wait may differ: address its storage then. */
-    hb_job *j = hb_lookup(name, len, tls_hb.buf, &rc);
+    hb_job *j = hb_lookup(k, len, tls_hb.buf, &rc);
     if (!j) {
       h_errno = rc == ECANCELED ? TRY_AGAIN : NETDB_INTERNAL;
       errno = rc;
@@ -252,4 +310,87 @@ struct hostent *iof_compat_gethostbyname(const char *name) {
     errno = saved;
     return out;
   }
+}
+
+struct hostent *iof_compat_gethostbyname(const char *name) {
+  if (!name) return null_key();
+  if (!iof__compat_fiber()) return iof__libc.gethostbyname(name);
+  hb_key k = {name, strlen(name) + 1, -1};
+  return hb_lookup_static(&k);
+}
+
+struct hostent *iof_compat_gethostbyaddr(const void *addr, socklen_t len,
+                                         int type) {
+  if (!addr) return null_key();
+  if (!iof__compat_fiber() || !addr_lookup(len, type))
+    return iof__libc.gethostbyaddr(addr, len, type);
+  hb_key k = {addr, len, type};
+  return hb_lookup_static(&k);
+}
+
+/* ---- getnameinfo -----------------------------------------------------------
+ */
+
+typedef struct ni_job {
+  struct sockaddr_storage sa;
+  socklen_t salen;
+  int flags, rc, err;
+  char *host, *serv; /* in mem, or NULL */
+  socklen_t hostlen, servlen;
+  char mem[];
+} ni_job;
+
+static void ni_run(void *arg) {
+  ni_job *j = arg;
+  errno = 0;
+  j->rc = iof__libc.getnameinfo((struct sockaddr *)&j->sa, j->salen, j->host,
+                                j->hostlen, j->serv, j->servlen, j->flags);
+  j->err = errno;
+}
+
+static void ni_release(void *arg) {
+  free(arg);
+}
+
+int iof_compat_getnameinfo(const struct sockaddr *sa, socklen_t salen,
+                           char *host, socklen_t hostlen, char *serv,
+                           socklen_t servlen, int flags) {
+  iof_fiber *f = iof__compat_fiber();
+  /* Only a host name of an IP address may need the network; services
+   * come from files, and libc rejects the rest at once. */
+  if (!f || !sa || salen < sizeof(sa_family_t) || !host || !hostlen ||
+      (flags & NI_NUMERICHOST) ||
+      (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+    return iof__libc.getnameinfo(sa, salen, host, hostlen, serv, servlen,
+                                 flags);
+  size_t sl = serv ? servlen : 0;
+  ni_job *j = calloc(1, sizeof *j + (size_t)hostlen + sl);
+  if (!j) return EAI_MEMORY;
+  /* libc reads the family's address and only checks that salen covers
+   * it: no more is copied (a larger salen may not be readable). */
+  socklen_t need = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                            : sizeof(struct sockaddr_in6);
+  if (salen > need) salen = need;
+  memcpy(&j->sa, sa, salen);
+  j->salen = salen;
+  j->flags = flags;
+  j->host = j->mem;
+  j->hostlen = hostlen;
+  if (serv) {
+    j->serv = j->mem + hostlen;
+    j->servlen = servlen;
+  }
+  int saved = errno;
+  int r = iof__resolver_run(iof__compat_io(f), ni_run, j, ni_release);
+  if (r < 0) return gai_fail(r); /* j is the resolver's to free */
+  int rc = j->rc;
+  if (rc == 0) {
+    memcpy(host, j->host, hostlen);
+    if (serv && servlen) memcpy(serv, j->serv, servlen);
+    errno = saved;
+  } else {
+    errno = rc == EAI_SYSTEM ? j->err : saved;
+  }
+  free(j);
+  return rc;
 }

@@ -98,6 +98,13 @@
   X(int, gethostbyname_r,                                                      \
     (const char *, struct hostent *, char *, size_t, struct hostent **,        \
      int *))                                                                   \
+  X(struct hostent *, gethostbyaddr, (const void *, socklen_t, int))           \
+  X(int, gethostbyaddr_r,                                                      \
+    (const void *, socklen_t, int, struct hostent *, char *, size_t,           \
+     struct hostent **, int *))                                                \
+  X(int, getnameinfo,                                                          \
+    (const struct sockaddr *, socklen_t, char *, socklen_t, char *, socklen_t, \
+     int))                                                                     \
   X(int, sched_yield, (void))                                                  \
   X(long, syscall, (long, ...))                                                \
   X(int, pause, (void))                                                        \

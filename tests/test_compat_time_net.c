@@ -1,7 +1,8 @@
 /* compat sleep family, sched_yield, name resolution and cancellation
  * (compat_io.h): the same results in and out of fibers; fibers sleeping
  * while others run; clock_nanosleep with TIMER_ABSTIME on both clocks;
- * getaddrinfo / gethostbyname(_r) in fibers; 100 fibers resolving at once
+ * getaddrinfo / gethostbyname(_r) / gethostbyaddr(_r) / getnameinfo in
+ * fibers; 100 fibers resolving at once
  * on one io_context; a stopped chain ending a blocked read with
  * ECANCELED.
  *
@@ -192,6 +193,34 @@ static int sc_resolve(void *arg) {
   struct hostent *h = iof_compat_gethostbyname("localhost");
   CHECK(h && h->h_addrtype == AF_INET && h->h_addr_list[0] &&
         !memcmp(h->h_addr_list[0], "\x7f\0\0\x01", 4));
+  /* Reverse lookups of 127.0.0.1 (/etc/hosts names it "localhost"). */
+  struct in_addr lo = {htonl(INADDR_LOOPBACK)};
+  out = NULL;
+  CHECK(iof_compat_gethostbyaddr_r(&lo, sizeof lo, AF_INET, &he, buf,
+                                   sizeof buf, &out, &herr) == 0);
+  CHECK(out == &he && he.h_name && !strcmp(he.h_name, "localhost"));
+  CHECK(out && he.h_name >= buf && he.h_name < buf + sizeof buf);
+  errno = 0;
+  CHECK(iof_compat_gethostbyaddr_r(&lo, sizeof lo, AF_INET, &he, tiny,
+                                   sizeof tiny, &out, &herr) == ERANGE);
+  CHECK(out == NULL);
+  h = iof_compat_gethostbyaddr(&lo, sizeof lo, AF_INET);
+  CHECK(h && h->h_name && !strcmp(h->h_name, "localhost"));
+  struct sockaddr_in sin = {0};
+  sin.sin_family = AF_INET;
+  sin.sin_addr = lo;
+  sin.sin_port = htons(80);
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  CHECK(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, host,
+                               sizeof host, serv, sizeof serv, 0) == 0);
+  CHECK(!strcmp(host, "localhost") && !strcmp(serv, "http"));
+  CHECK(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, host,
+                               sizeof host, serv, sizeof serv,
+                               NI_NUMERICSERV) == 0);
+  CHECK(!strcmp(host, "localhost") && !strcmp(serv, "80"));
+  /* A host buffer too small for the name: libc's own answer. */
+  CHECK(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, host, 4,
+                               NULL, 0, NI_NAMEREQD) == EAI_OVERFLOW);
   return 0;
 }
 
@@ -383,12 +412,34 @@ static int sc_numeric(void *arg) {
   hints.ai_flags = AI_NUMERICHOST;
   CHECK(iof_compat_getaddrinfo("not-a-number", NULL, &hints, &res) ==
         EAI_NONAME);
+  struct sockaddr_in sin = {0};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sin.sin_port = htons(8080);
+  char host[64], serv[16];
+  CHECK(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, host,
+                               sizeof host, serv, sizeof serv,
+                               NI_NUMERICHOST | NI_NUMERICSERV) == 0);
+  CHECK(!strcmp(host, "127.0.0.1") && !strcmp(serv, "8080"));
+  CHECK(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, NULL, 0,
+                               serv, sizeof serv, NI_NUMERICSERV) == 0);
   CHECK(atomic_load(&side_ran) == 0); /* never suspended */
+  CHECK(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, host,
+                               sizeof host, NULL, 0, 0) == 0);
+  CHECK(!strcmp(host, "localhost"));
+  CHECK(atomic_load(&side_ran) == 1); /* a reverse lookup: the resolver's */
+  atomic_store(&side_ran, 0);
+  CHECK(iof_launch(iof_env_current()->executor, side_fn, NULL) == 0);
   hints.ai_flags = 0;
   res = NULL;
   CHECK(iof_compat_getaddrinfo("localhost", "80", &hints, &res) == 0);
   iof_compat_freeaddrinfo(res);
   CHECK(atomic_load(&side_ran) == 1); /* a name: the resolver's thread */
+  atomic_store(&side_ran, 0);
+  CHECK(iof_launch(iof_env_current()->executor, side_fn, NULL) == 0);
+  struct in_addr lo = {htonl(INADDR_LOOPBACK)};
+  CHECK(iof_compat_gethostbyaddr(&lo, sizeof lo, AF_INET) != NULL);
+  CHECK(atomic_load(&side_ran) == 1); /* an address: the resolver's too */
   return 0;
 }
 

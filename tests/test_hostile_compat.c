@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -645,6 +646,59 @@ static int resolve_calls(void *arg) {
                                       &out, &herr),
            ERANGE);
   CHECK_EQ(out == NULL, 1);
+  /* Reverse lookups with bad input: libc's answers, nothing queued. */
+  struct in_addr lo = {htonl(INADDR_LOOPBACK)};
+  /* glibc's own calls crash on these NULLs. */
+  errno = 0;
+  CHECK_EQ(iof_compat_gethostbyname(NULL) == NULL, 1);
+  CHECK_EQ(errno, EINVAL);
+  CHECK_EQ(
+      iof_compat_gethostbyname_r(NULL, &he, small, sizeof small, &out, &herr),
+      EINVAL);
+  CHECK_EQ(out == NULL && herr == NETDB_INTERNAL, 1);
+  CHECK_EQ(iof_compat_gethostbyname_r("localhost", NULL, small, sizeof small,
+                                      &out, &herr),
+           EINVAL);
+  CHECK_EQ(iof_compat_gethostbyname_r("localhost", &he, small, sizeof small,
+                                      NULL, NULL),
+           EINVAL);
+  errno = 0;
+  CHECK_EQ(iof_compat_gethostbyaddr(NULL, 4, AF_INET) == NULL, 1);
+  CHECK_EQ(errno, EINVAL);
+  CHECK_EQ(iof_compat_gethostbyaddr_r(NULL, 4, AF_INET, &he, small,
+                                      sizeof small, &out, &herr),
+           EINVAL);
+  CHECK_EQ(
+      iof_compat_gethostbyaddr_r(&lo, 4, AF_INET, &he, NULL, 10, &out, &herr),
+      EINVAL);
+  CHECK_EQ(iof_compat_gethostbyaddr(&lo, 3, AF_INET) == NULL, 1);
+  CHECK_EQ(iof_compat_gethostbyaddr(&lo, sizeof lo, 12345) == NULL, 1);
+  CHECK_EQ(iof_compat_gethostbyaddr_r(&lo, sizeof lo, AF_INET, &he, small,
+                                      sizeof small, &out, &herr),
+           ERANGE);
+  char host[64];
+  CHECK_EQ(iof_compat_getnameinfo(NULL, 16, host, sizeof host, NULL, 0, 0),
+           EAI_FAMILY);
+  struct sockaddr_in sin = {0};
+  sin.sin_family = AF_INET;
+  CHECK_EQ(iof_compat_getnameinfo((struct sockaddr *)&sin, 1, host, sizeof host,
+                                  NULL, 0, 0),
+           EAI_FAMILY);
+  CHECK_EQ(iof_compat_getnameinfo((struct sockaddr *)&sin, 100000, host,
+                                  sizeof host, NULL, 0, NI_NUMERICHOST),
+           0); /* glibc only checks that the length covers the address */
+  CHECK_EQ(strcmp(host, "0.0.0.0"), 0);
+  sin.sin_family = 12345;
+  CHECK_EQ(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, host,
+                                  sizeof host, NULL, 0, 0),
+           EAI_FAMILY);
+  sin.sin_family = AF_INET;
+  CHECK_EQ(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, NULL, 0,
+                                  NULL, 0, 0),
+           0); /* nothing asked: glibc's answer */
+  CHECK_EQ(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, host,
+                                  sizeof host, NULL, 0, 0x7fff0000),
+           EAI_BADFLAGS);
   return 0;
 }
 

@@ -146,6 +146,16 @@
     (const char *n, struct hostent *h, char *b, size_t l, struct hostent **r,  \
      int *e),                                                                  \
     (n, h, b, l, r, e))                                                        \
+  X(IO, struct hostent *, gethostbyaddr, (const void *a, socklen_t l, int t),  \
+    (a, l, t))                                                                 \
+  X(IO, int, gethostbyaddr_r,                                                  \
+    (const void *a, socklen_t l, int t, struct hostent *h, char *b, size_t n,  \
+     struct hostent **r, int *e),                                              \
+    (a, l, t, h, b, n, r, e))                                                  \
+  X(IO, int, getnameinfo,                                                      \
+    (const struct sockaddr *a, socklen_t l, char *h, socklen_t hl, char *s,    \
+     socklen_t sl, int f),                                                     \
+    (a, l, h, hl, s, sl, f))                                                   \
   X(IO, int, sched_yield, (void), ())                                          \
   X(TID, int, pthread_setname_np, (pthread_t t, const char *n), (t, n))        \
   X(TID, int, pthread_getname_np, (pthread_t t, char *b, size_t l), (t, b, l)) \

@@ -193,6 +193,43 @@ static void test_getaddrinfo_100(void **state) {
   assert_true(ms_since(t0) < 5000);
 }
 
+/* ---- reverse lookups from 100 fibers ----------------------------------- */
+
+static int reverse_fiber(void *arg) {
+  (void)arg;
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons(80),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getnameinfo((struct sockaddr *)&sin, sizeof sin, host, sizeof host, serv,
+                  sizeof serv, NI_NUMERICSERV) != 0)
+    return -EIO;
+  struct hostent he, *out = NULL;
+  char buf[1024];
+  int herr;
+  if (gethostbyaddr_r(&sin.sin_addr, sizeof sin.sin_addr, AF_INET, &he, buf,
+                      sizeof buf, &out, &herr) != 0 ||
+      !out)
+    return -EIO;
+  if (!strcmp(host, "localhost") && !strcmp(serv, "80") &&
+      !strcmp(he.h_name, "localhost"))
+    resolved++;
+  return 0;
+}
+
+static void test_reverse_lookups_100(void **state) {
+  (void)state;
+  unsigned long ni = hook_count("getnameinfo", 0);
+  unsigned long ha = hook_count("gethostbyaddr_r", 0);
+  resolved = 0;
+  assert_int_equal(hook_run_fibers(100, reverse_fiber, NULL), 0);
+  assert_int_equal(resolved, 100);
+  /* Both went to the fiber layer (the resolver threads). */
+  assert_int_equal(hook_count("getnameinfo", 0), ni + 100);
+  assert_int_equal(hook_count("gethostbyaddr_r", 0), ha + 100);
+  assert_int_equal(hook_count("getnameinfo", 1), 0);
+}
+
 /* ---- close from a plain thread wakes a fiber's read -------------------- */
 
 typedef struct close_case {
@@ -393,6 +430,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_fork_then_exec, setup, teardown),
       cmocka_unit_test_setup_teardown(test_getaddrinfo_100, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reverse_lookups_100, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_close_from_thread_wakes_fiber, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_plain_thread_blocks_on_fiber_fd,

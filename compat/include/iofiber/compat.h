@@ -106,6 +106,9 @@
 #define freeaddrinfo iof_compat_freeaddrinfo
 #define gethostbyname iof_compat_gethostbyname
 #define gethostbyname_r iof_compat_gethostbyname_r
+#define gethostbyaddr iof_compat_gethostbyaddr
+#define gethostbyaddr_r iof_compat_gethostbyaddr_r
+#define getnameinfo iof_compat_getnameinfo
 #define sched_yield iof_compat_sched_yield
 #define syscall iof_compat_syscall /* SYS_futex, SYS_clone */
 /* Function-like, so that `struct sigaction` keeps its name. */

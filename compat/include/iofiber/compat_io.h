@@ -314,13 +314,16 @@ IOF_API int iof_compat_listen(int fd, int backlog);
 
 /* ---- name resolution ---------------------------------------------------
  * As getaddrinfo(3), freeaddrinfo(3), gethostbyname(3),
- * gethostbyname_r(3). In a fiber the lookup runs on the resolver threads
+ * gethostbyname_r(3), gethostbyaddr(3), gethostbyaddr_r(3) and
+ * getnameinfo(3). In a fiber the lookup runs on the resolver threads
  * of the fiber's io_context (never on the io thread), the fiber suspended;
  * many fibers resolve in parallel. gethostbyname's static result is per
  * thread, as glibc's: in a fiber, use it before the next suspension (or
  * use gethostbyname_r). EAI_* / h_errno as the plain calls; a stopped
  * chain gives EAI_SYSTEM with errno ECANCELED (gethostbyname: NULL and
- * h_errno TRY_AGAIN). */
+ * h_errno TRY_AGAIN). Answers that need no lookup (numeric hosts and
+ * services, NI_NUMERICHOST, an address of another family, bad arguments)
+ * are made in place, without suspending. */
 IOF_API int iof_compat_getaddrinfo(const char *host, const char *service,
                                    const struct addrinfo *hints,
                                    struct addrinfo **res);
@@ -329,6 +332,15 @@ IOF_API struct hostent *iof_compat_gethostbyname(const char *name);
 IOF_API int iof_compat_gethostbyname_r(const char *name, struct hostent *ret,
                                        char *buf, size_t buflen,
                                        struct hostent **result, int *h_errnop);
+IOF_API struct hostent *iof_compat_gethostbyaddr(const void *addr,
+                                                 socklen_t len, int type);
+IOF_API int iof_compat_gethostbyaddr_r(const void *addr, socklen_t len,
+                                       int type, struct hostent *ret, char *buf,
+                                       size_t buflen, struct hostent **result,
+                                       int *h_errnop);
+IOF_API int iof_compat_getnameinfo(const struct sockaddr *sa, socklen_t salen,
+                                   char *host, socklen_t hostlen, char *serv,
+                                   socklen_t servlen, int flags);
 
 #ifdef __cplusplus
 }
