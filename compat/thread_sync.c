@@ -934,8 +934,8 @@ static int libc_sem_wait(sem_t *ps, clockid_t clock, const struct timespec *abs,
     rt.tv_nsec = (long)(t % 1000000000);
     return iof__libc.sem_timedwait(ps, &rt);
   }
-  /* Linux restarts the futex wait of libc's sem_wait after an SA_RESTART
-   * handler (signal(7) says never; the kernel does). */
+  /* sem_wait is restarted after an SA_RESTART handler (signal(7), since
+   * Linux 2.6.22), else fails with EINTR. */
   iof__backoff b;
   iof__backoff_init(&b, iof__cthr_fiber(), 50000, 5000000, true);
   for (;;) {
