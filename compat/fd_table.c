@@ -369,7 +369,7 @@ static void plain_disarm(iof__fd_wait *fw) {
   slot_unlock(s);
 }
 
-int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns) {
+int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns, bool restart) {
   iof_fiber *f = iof__compat_fiber();
   if (!f) return thread_wait(fd, events, deadline_ns);
   /* A number compat knows is watched through its slot: a close from
@@ -384,14 +384,14 @@ int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns) {
     op.gen = atomic_load_explicit(&s->gen, memory_order_acquire);
     op.fd = fd;
     op.events = events;
-    return waiter_wait(&op, deadline_ns, false);
+    return waiter_wait(&op, deadline_ns, restart);
   }
   iof__fd_wait fw = {0};
   fw.fd = fd;
   fw.events = events;
   fw.on_arm = plain_arm;
   fw.on_disarm = plain_disarm;
-  bool reg = iof__compat_intr_enter(f, &fw.op, false);
+  bool reg = iof__compat_intr_enter(f, &fw.op, restart);
   return iof__compat_intr_leave(
       reg, iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns));
 }

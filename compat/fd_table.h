@@ -107,10 +107,13 @@ IOF_HIDDEN bool iof__fd_again(iof__fd_op *op);
  * 0 ready, else -errno as iof__fd_again (-ETIMEDOUT at the deadline). */
 IOF_HIDDEN int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns);
 
-/* A wait on a single fd for poll/select/epoll. 0 ready (or the deadline:
- * the caller checks again), -EBADF when compat closed the number meanwhile
- * (a number it knows is linked to its slot), else -errno. */
-IOF_HIDDEN int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns);
+/* A wait on a single fd for poll/select/epoll and message queues. 0 ready
+ * (or the deadline: the caller checks again), -EBADF when compat closed the
+ * number meanwhile (a number it knows is linked to its slot), else -errno.
+ * restart: whether SA_RESTART handlers let the wait go on (poll and select:
+ * never; signal(7)). */
+IOF_HIDDEN int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns,
+                                  bool restart);
 
 /* The launched fiber running here, or NULL. Unlike iof__sync_fiber it
  * never sets up fiber state for a thread that has none: the hook routes

@@ -176,10 +176,8 @@ static long fiber_wait(uint32_t *addr, int op, uint32_t val,
   if (t) {
     struct timespec ts = *t; /* the kernel read it: readable, valid */
     if (cmd == FUTEX_WAIT) { /* relative */
-      int64_t v = ts.tv_sec > INT64_MAX / 1000000000 - 1
-                      ? INT64_MAX
-                      : (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-      deadline = iof__sat_add(iof__now_ns(), v);
+      int r = iof__rel_to_mono(&ts, &deadline);
+      if (r < 0) return fail(-r);
     } else {
       int r = iof__abs_to_mono(op & FUTEX_CLOCK_REALTIME ? CLOCK_REALTIME
                                                          : CLOCK_MONOTONIC,

@@ -70,7 +70,7 @@ static int ep_add_poll(int ep, const struct pollfd *fds, nfds_t i) {
  * (-EINTR: a handler ran, signal_internal.h). When the epoll set cannot be
  * built (no fd left, watch limit) it falls back to checking every 10 ms. */
 static int wait_set(int ep, int64_t deadline) {
-  if (ep >= 0) return iof__fd_wait_plain(ep, EV_READ, deadline);
+  if (ep >= 0) return iof__fd_wait_plain(ep, EV_READ, deadline, false);
   int64_t next = iof__now_ns() + 10 * 1000000;
   if (deadline >= 0 && deadline < next) next = deadline;
   int r = iof__compat_intr_sleep(iof__compat_fiber(), next, false);
@@ -176,7 +176,7 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
     int w;
     if (!waited && mask && (sfd = iof__compat_admit_fd(mask)) >= 0) single = 0;
     if (single) {
-      w = iof__fd_wait_plain(fds[0].fd, single, deadline);
+      w = iof__fd_wait_plain(fds[0].fd, single, deadline, false);
     } else {
       if (!built) {
         built = true;
@@ -368,7 +368,7 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
         ep = -1;
       }
     }
-    int w = iof__fd_wait_plain(ep >= 0 ? ep : epfd, EV_READ, deadline);
+    int w = iof__fd_wait_plain(ep >= 0 ? ep : epfd, EV_READ, deadline, false);
     waited = true;
     busy_streak = 0;
     if (w == -ETIMEDOUT) {

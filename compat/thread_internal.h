@@ -125,6 +125,10 @@ IOF_HIDDEN void iof__lk_unlock(atomic_int *l);
 IOF_HIDDEN int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
                                 int64_t *out);
 
+/* now + a relative timeout -> CLOCK_MONOTONIC ns (saturating). -EINVAL for
+ * a bad timespec (negative, or tv_nsec out of range). */
+IOF_HIDDEN int iof__rel_to_mono(const struct timespec *rel, int64_t *out);
+
 /* Placement of new fiber threads (iof_main with several contexts): the
  * executor a thread created by `self` starts on. */
 IOF_HIDDEN iof_executor_ref iof__compat_pick_executor(iof_fiber *self);

@@ -161,6 +161,16 @@ int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
   return 0;
 }
 
+int iof__rel_to_mono(const struct timespec *rel, int64_t *out) {
+  if (!rel || rel->tv_sec < 0 || rel->tv_nsec < 0 || rel->tv_nsec >= 1000000000)
+    return -EINVAL;
+  int64_t ns = rel->tv_sec > INT64_MAX / 1000000000 - 1
+                   ? INT64_MAX
+                   : (int64_t)rel->tv_sec * 1000000000 + rel->tv_nsec;
+  *out = iof__sat_add(iof__now_ns(), ns);
+  return 0;
+}
+
 /* ---- mutex ------------------------------------------------------------ */
 
 typedef struct cmutex {

@@ -12,6 +12,7 @@
 #ifndef IOF_FIBER_LIBC_H
 #define IOF_FIBER_LIBC_H
 
+#include <mqueue.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,7 +25,9 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
+#include <sys/msg.h>
 #include <sys/select.h>
+#include <sys/sem.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -105,6 +108,16 @@
   X(int, getnameinfo,                                                          \
     (const struct sockaddr *, socklen_t, char *, socklen_t, char *, socklen_t, \
      int))                                                                     \
+  X(ssize_t, mq_receive, (mqd_t, char *, size_t, unsigned *))                  \
+  X(ssize_t, mq_timedreceive,                                                  \
+    (mqd_t, char *, size_t, unsigned *, const struct timespec *))              \
+  X(int, mq_send, (mqd_t, const char *, size_t, unsigned))                     \
+  X(int, mq_timedsend,                                                         \
+    (mqd_t, const char *, size_t, unsigned, const struct timespec *))          \
+  X(int, semtimedop, (int, struct sembuf *, size_t, const struct timespec *))  \
+  X(int, semop, (int, struct sembuf *, size_t))                                \
+  X(int, msgsnd, (int, const void *, size_t, int))                             \
+  X(ssize_t, msgrcv, (int, void *, size_t, long, int))                         \
   X(int, sched_yield, (void))                                                  \
   X(long, syscall, (long, ...))                                                \
   X(int, pause, (void))                                                        \

@@ -40,17 +40,6 @@ static int file_teardown(void **state) {
   return 0;
 }
 
-static void run_fibers(int (*a)(void *), int (*b)(void *), int (*c)(void *)) {
-  iof_io_context *io = iof_io_context_create();
-  assert_non_null(io);
-  iof_executor_ref ex = iof_io_context_executor(io);
-  assert_int_equal(iof_run_async(ex, NULL, a, NULL), 0);
-  if (b) assert_int_equal(iof_run_async(ex, NULL, b, NULL), 0);
-  if (c) assert_int_equal(iof_run_async(ex, NULL, c, NULL), 0);
-  assert_true(iof_io_context_run(io) >= 0);
-  assert_int_equal(iof_io_context_destroy(io), 0);
-}
-
 /* ---- two fibers of one thread, each with its own open of the file ----- */
 
 static atomic_int step, ticks;
@@ -115,7 +104,7 @@ static void two_fibers(bool ofd) {
   atomic_store(&step, 0);
   atomic_store(&ticks, 0);
   atomic_store(&done, false);
-  run_fibers(holder, contender, ticker);
+  run_fibers3(holder, contender, ticker);
   assert_no_failures();
   assert_true(atomic_load(&done));
   assert_true(atomic_load(&ticks) >= 10);
@@ -183,7 +172,7 @@ static void record_lock(bool with_lockf) {
   atomic_store(&ticks, 0);
   atomic_store(&done, false);
   pid_t pid = child_holds(with_lockf, &rd_pipe);
-  run_fibers(record_waiter, ticker, NULL);
+  run_fibers3(record_waiter, ticker, NULL);
   int st;
   assert_int_equal(waitpid(pid, &st, 0), pid);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -232,7 +221,7 @@ static int errors(void *arg) {
 
 static void test_errors(void **state) {
   (void)state;
-  run_fibers(errors, NULL, NULL);
+  run_fibers3(errors, NULL, NULL);
   assert_no_failures();
 }
 

@@ -21,17 +21,6 @@ static int sv[2];
 static atomic_int ticks;
 static atomic_bool done;
 
-static void run_fibers(int (*a)(void *), int (*b)(void *), int (*c)(void *)) {
-  iof_io_context *io = iof_io_context_create();
-  assert_non_null(io);
-  iof_executor_ref ex = iof_io_context_executor(io);
-  assert_int_equal(iof_run_async(ex, NULL, a, NULL), 0);
-  if (b) assert_int_equal(iof_run_async(ex, NULL, b, NULL), 0);
-  if (c) assert_int_equal(iof_run_async(ex, NULL, c, NULL), 0);
-  assert_true(iof_io_context_run(io) >= 0);
-  assert_int_equal(iof_io_context_destroy(io), 0);
-}
-
 static int ticker(void *arg) {
   (void)arg;
   while (!atomic_load(&done)) {
@@ -91,7 +80,7 @@ static void test_line_protocol_one_thread(void **state) {
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   atomic_store(&ticks, 0);
   atomic_store(&done, false);
-  run_fibers(line_server, line_client, ticker);
+  run_fibers3(line_server, line_client, ticker);
   assert_no_failures();
   assert_true(atomic_load(&done));
   assert_true(atomic_load(&ticks) >= 10); /* the thread kept running */
@@ -138,7 +127,7 @@ static void test_megabyte_through_a_pipe(void **state) {
   (void)state;
   assert_int_equal(pipe(pp), 0);
   atomic_store(&done, false);
-  run_fibers(big_reader, big_writer, NULL);
+  run_fibers3(big_reader, big_writer, NULL);
   assert_no_failures();
   assert_true(atomic_load(&done));
 }
@@ -188,7 +177,7 @@ static int errors(void *arg) {
 
 static void test_errors_and_files(void **state) {
   (void)state;
-  run_fibers(errors, NULL, NULL);
+  run_fibers3(errors, NULL, NULL);
   assert_no_failures();
 }
 
@@ -249,7 +238,7 @@ static void test_popen_in_a_fiber(void **state) {
   (void)state;
   atomic_store(&ticks, 0);
   atomic_store(&done, false);
-  run_fibers(popen_fiber, ticker, NULL);
+  run_fibers3(popen_fiber, ticker, NULL);
   assert_no_failures();
   /* Outside fibers: libc's stream, which pclose takes too. */
   FILE *f = iof_compat_popen("echo plain", "r");

@@ -44,7 +44,10 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <mqueue.h>
 #include <sys/epoll.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
 #include <sys/eventfd.h>
 #include <sys/sendfile.h>
 #include <sys/signalfd.h>
@@ -156,6 +159,23 @@
     (const struct sockaddr *a, socklen_t l, char *h, socklen_t hl, char *s,    \
      socklen_t sl, int f),                                                     \
     (a, l, h, hl, s, sl, f))                                                   \
+  X(IO, ssize_t, mq_receive, (mqd_t q, char *m, size_t l, unsigned *p),        \
+    (q, m, l, p))                                                              \
+  X(IO, ssize_t, mq_timedreceive,                                              \
+    (mqd_t q, char *m, size_t l, unsigned *p, const struct timespec *t),       \
+    (q, m, l, p, t))                                                           \
+  X(IO, int, mq_send, (mqd_t q, const char *m, size_t l, unsigned p),          \
+    (q, m, l, p))                                                              \
+  X(IO, int, mq_timedsend,                                                     \
+    (mqd_t q, const char *m, size_t l, unsigned p, const struct timespec *t),  \
+    (q, m, l, p, t))                                                           \
+  X(IO, int, semtimedop,                                                       \
+    (int i, struct sembuf *o, size_t n, const struct timespec *t),             \
+    (i, o, n, t))                                                              \
+  X(IO, int, semop, (int i, struct sembuf *o, size_t n), (i, o, n))            \
+  X(IO, int, msgsnd, (int i, const void *m, size_t s, int f), (i, m, s, f))    \
+  X(IO, ssize_t, msgrcv, (int i, void *m, size_t s, long t, int f),            \
+    (i, m, s, t, f))                                                           \
   X(IO, int, sched_yield, (void), ())                                          \
   X(TID, int, pthread_setname_np, (pthread_t t, const char *n), (t, n))        \
   X(TID, int, pthread_getname_np, (pthread_t t, char *b, size_t l), (t, b, l)) \

@@ -83,4 +83,16 @@ static inline iof_io_context *new_io(void) {
   return io;
 }
 
+/* Runs fibers a, b and c (b, c may be NULL) on a fresh io_context until
+ * all have ended. */
+static inline void run_fibers3(iof_fn a, iof_fn b, iof_fn c) {
+  iof_io_context *io = new_io();
+  iof_executor_ref ex = iof_io_context_executor(io);
+  assert_int_equal(iof_run_async(ex, NULL, a, NULL), 0);
+  if (b) assert_int_equal(iof_run_async(ex, NULL, b, NULL), 0);
+  if (c) assert_int_equal(iof_run_async(ex, NULL, c, NULL), 0);
+  assert_true(iof_io_context_run(io) >= 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 #endif

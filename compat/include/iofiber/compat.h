@@ -109,6 +109,14 @@
 #define gethostbyaddr iof_compat_gethostbyaddr
 #define gethostbyaddr_r iof_compat_gethostbyaddr_r
 #define getnameinfo iof_compat_getnameinfo
+#define mq_receive iof_compat_mq_receive
+#define mq_timedreceive iof_compat_mq_timedreceive
+#define mq_send iof_compat_mq_send
+#define mq_timedsend iof_compat_mq_timedsend
+#define semop iof_compat_semop
+#define semtimedop iof_compat_semtimedop
+#define msgsnd iof_compat_msgsnd
+#define msgrcv iof_compat_msgrcv
 #define sched_yield iof_compat_sched_yield
 #define syscall iof_compat_syscall /* SYS_futex, SYS_clone */
 /* Function-like, so that `struct sigaction` keeps its name. */

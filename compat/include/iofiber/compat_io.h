@@ -16,12 +16,15 @@
 #ifndef IOFIBER_COMPAT_IO_H
 #define IOFIBER_COMPAT_IO_H
 
+#include <mqueue.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/msg.h>
 #include <sys/select.h>
+#include <sys/sem.h>
 #include <sys/socket.h>
 #include <spawn.h>
 #include <sys/types.h>
@@ -341,6 +344,33 @@ IOF_API int iof_compat_gethostbyaddr_r(const void *addr, socklen_t len,
 IOF_API int iof_compat_getnameinfo(const struct sockaddr *sa, socklen_t salen,
                                    char *host, socklen_t hostlen, char *serv,
                                    socklen_t servlen, int flags);
+
+/* ---- message queues and System V semaphores ----------------------------
+ * As mq_receive(3), mq_timedreceive(3), mq_send(3), mq_timedsend(3),
+ * semop(2), semtimedop(2), msgsnd(2), msgrcv(2). In a fiber only the fiber
+ * waits: on a POSIX queue's descriptor as on a socket; for System V
+ * objects, which signal nothing, by retrying with IPC_NOWAIT between
+ * pauses growing from 50 us to 5 ms (up to that much latency per wait).
+ * Calls that do not block (IPC_NOWAIT, an O_NONBLOCK queue) and calls
+ * outside fibers are the plain ones. Returns and errno as the plain calls
+ * (semtimedop: EAGAIN at its timeout; mq_timed*: ETIMEDOUT); EINTR for
+ * main under iof_main as signal(7) says (queue calls restart with
+ * SA_RESTART, System V calls never); ECANCELED when the chain is stopped. */
+IOF_API ssize_t iof_compat_mq_receive(mqd_t q, char *msg, size_t len,
+                                      unsigned *prio);
+IOF_API ssize_t iof_compat_mq_timedreceive(mqd_t q, char *msg, size_t len,
+                                           unsigned *prio,
+                                           const struct timespec *abs);
+IOF_API int iof_compat_mq_send(mqd_t q, const char *msg, size_t len,
+                               unsigned prio);
+IOF_API int iof_compat_mq_timedsend(mqd_t q, const char *msg, size_t len,
+                                    unsigned prio, const struct timespec *abs);
+IOF_API int iof_compat_semop(int id, struct sembuf *sops, size_t n);
+IOF_API int iof_compat_semtimedop(int id, struct sembuf *sops, size_t n,
+                                  const struct timespec *timeout);
+IOF_API int iof_compat_msgsnd(int id, const void *msg, size_t size, int flags);
+IOF_API ssize_t iof_compat_msgrcv(int id, void *msg, size_t size, long type,
+                                  int flags);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,219 @@
+/* Message queues and System V semaphores from a fiber: mq_send/mq_receive
+ * (POSIX) and semop, msgsnd, msgrcv (System V).
+ *
+ * A POSIX queue is a descriptor on Linux, so a fiber waits for it as for a
+ * socket: it tries the call with a deadline already passed (which never
+ * blocks, whatever the queue's O_NONBLOCK), and waits for readiness on
+ * ETIMEDOUT. System V objects give no readiness at all: a fiber tries
+ * with IPC_NOWAIT and pauses between tries (compat/backoff.c), as for
+ * file locks. Either way only the fiber waits, and the other fibers of its
+ * thread (one of which may be the peer) run. Outside fibers, and for
+ * calls that do not block (IPC_NOWAIT, an O_NONBLOCK queue), the plain
+ * call. Interruption follows signal(7): the queue calls are restarted
+ * after SA_RESTART handlers, the System V ones never. */
+#include <iofiber/compat_io.h>
+
+#include "compat/backoff.h"
+#include "compat/fd_table.h"
+#include "compat/thread_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- POSIX message queues ---------------------------------------------- */
+
+static const struct timespec passed = {0, 0};
+
+/* After a try found the queue empty (full): waits for it with the user's
+ * absolute CLOCK_REALTIME deadline (abs NULL: none), converted on the
+ * first wait into *deadline. 0: try again; else -errno. */
+static int mq_wait(mqd_t q, int events, const struct timespec *abs,
+                   int64_t *deadline) {
+  if (abs && *deadline == 0) {
+    /* The kernel checks the timeout only once the call would block. */
+    int r = iof__abs_to_mono(CLOCK_REALTIME, abs, deadline);
+    if (r < 0) return r;
+  }
+  int64_t d = abs ? *deadline : -1;
+  if (d >= 0 && iof__now_ns() >= d) return -ETIMEDOUT;
+  int r = iof__fd_wait_plain(q, events, d, true);
+  return r == -ETIMEDOUT ? 0 : r; /* the last try decides */
+}
+
+static ssize_t mq_recv(mqd_t q, char *msg, size_t len, unsigned *prio,
+                       const struct timespec *abs) {
+  if (!iof__compat_fiber()) {
+    if (abs) return iof__libc.mq_timedreceive(q, msg, len, prio, abs);
+    return iof__libc.mq_receive(q, msg, len, prio);
+  }
+  int saved = errno;
+  int64_t deadline = 0;
+  for (;;) {
+    ssize_t n = iof__libc.mq_timedreceive(q, msg, len, prio, &passed);
+    if (n >= 0) {
+      errno = saved;
+      return n;
+    }
+    if (errno != ETIMEDOUT) return -1; /* EAGAIN: an O_NONBLOCK queue */
+    int r = mq_wait(q, EV_READ, abs, &deadline);
+    if (r < 0) {
+      errno = -r;
+      return -1;
+    }
+  }
+}
+
+static int mq_put(mqd_t q, const char *msg, size_t len, unsigned prio,
+                  const struct timespec *abs) {
+  if (!iof__compat_fiber()) {
+    if (abs) return iof__libc.mq_timedsend(q, msg, len, prio, abs);
+    return iof__libc.mq_send(q, msg, len, prio);
+  }
+  int saved = errno;
+  int64_t deadline = 0;
+  for (;;) {
+    if (iof__libc.mq_timedsend(q, msg, len, prio, &passed) == 0) {
+      errno = saved;
+      return 0;
+    }
+    if (errno != ETIMEDOUT) return -1;
+    int r = mq_wait(q, EV_WRITE, abs, &deadline);
+    if (r < 0) {
+      errno = -r;
+      return -1;
+    }
+  }
+}
+
+ssize_t iof_compat_mq_receive(mqd_t q, char *msg, size_t len, unsigned *prio) {
+  return mq_recv(q, msg, len, prio, NULL);
+}
+
+ssize_t iof_compat_mq_timedreceive(mqd_t q, char *msg, size_t len,
+                                   unsigned *prio, const struct timespec *abs) {
+  return mq_recv(q, msg, len, prio, abs); /* NULL: no timeout, as glibc */
+}
+
+int iof_compat_mq_send(mqd_t q, const char *msg, size_t len, unsigned prio) {
+  return mq_put(q, msg, len, prio, NULL);
+}
+
+int iof_compat_mq_timedsend(mqd_t q, const char *msg, size_t len, unsigned prio,
+                            const struct timespec *abs) {
+  return mq_put(q, msg, len, prio, abs);
+}
+
+/* ---- System V semaphores and message queues ---------------------------- */
+
+/* A try that fails after the call has waited: EINVAL then means the id
+ * went away meanwhile (removed: the kernel wakes its sleepers with
+ * EIDRM). */
+static int after_wait(int err, bool waited) {
+  return waited && err == EINVAL ? EIDRM : err;
+}
+
+#define IPC_PAUSE_MIN_NS 50000LL
+#define IPC_PAUSE_MAX_NS 5000000LL
+#define SOPS_ON_STACK 32
+
+int iof_compat_semtimedop(int id, struct sembuf *sops, size_t n,
+                          const struct timespec *timeout) {
+  iof_fiber *f = iof__compat_fiber();
+  bool waits = false;
+  for (size_t i = 0; f && sops && i < n && i < 65536; i++)
+    if (!(sops[i].sem_flg & IPC_NOWAIT)) waits = true;
+  if (!waits || n > 65536) return iof__libc.semtimedop(id, sops, n, timeout);
+  int64_t deadline = INT64_MAX;
+  int bad = timeout ? iof__rel_to_mono(timeout, &deadline) : 0;
+  if (bad < 0) {
+    errno = -bad;
+    return -1;
+  }
+  /* The same operations, each with IPC_NOWAIT: a try that never blocks. */
+  struct sembuf local[SOPS_ON_STACK];
+  struct sembuf *t = n <= SOPS_ON_STACK ? local : malloc(n * sizeof *t);
+  if (!t) {
+    errno = ENOMEM;
+    return -1;
+  }
+  memcpy(t, sops, n * sizeof *t);
+  for (size_t i = 0; i < n; i++) t[i].sem_flg |= IPC_NOWAIT;
+  int saved = errno, rc;
+  bool waited = false;
+  iof__backoff b;
+  iof__backoff_init(&b, f, IPC_PAUSE_MIN_NS, IPC_PAUSE_MAX_NS, false);
+  for (;; waited = true) {
+    if (iof__libc.semtimedop(id, t, n, NULL) == 0) {
+      errno = saved;
+      rc = 0;
+      break;
+    }
+    if (errno != EAGAIN) {
+      errno = after_wait(errno, waited);
+      rc = -1;
+      break;
+    }
+    int r = iof__backoff_pause(&b, deadline);
+    if (r < 0) {
+      errno = r == -ETIMEDOUT ? EAGAIN : -r; /* semtimedop's timeout */
+      rc = -1;
+      break;
+    }
+  }
+  if (t != local) free(t);
+  return rc;
+}
+
+int iof_compat_semop(int id, struct sembuf *sops, size_t n) {
+  return iof_compat_semtimedop(id, sops, n, NULL);
+}
+
+int iof_compat_msgsnd(int id, const void *msg, size_t size, int flags) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || (flags & IPC_NOWAIT)) return iof__libc.msgsnd(id, msg, size, flags);
+  int saved = errno;
+  iof__backoff b;
+  iof__backoff_init(&b, f, IPC_PAUSE_MIN_NS, IPC_PAUSE_MAX_NS, false);
+  for (bool waited = false;; waited = true) {
+    if (iof__libc.msgsnd(id, msg, size, flags | IPC_NOWAIT) == 0) {
+      errno = saved;
+      return 0;
+    }
+    if (errno != EAGAIN) {
+      errno = after_wait(errno, waited);
+      return -1;
+    }
+    int r = iof__backoff_pause(&b, INT64_MAX);
+    if (r < 0) {
+      errno = -r;
+      return -1;
+    }
+  }
+}
+
+ssize_t iof_compat_msgrcv(int id, void *msg, size_t size, long type,
+                          int flags) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || (flags & IPC_NOWAIT))
+    return iof__libc.msgrcv(id, msg, size, type, flags);
+  int saved = errno;
+  iof__backoff b;
+  iof__backoff_init(&b, f, IPC_PAUSE_MIN_NS, IPC_PAUSE_MAX_NS, false);
+  for (bool waited = false;; waited = true) {
+    ssize_t n = iof__libc.msgrcv(id, msg, size, type, flags | IPC_NOWAIT);
+    if (n >= 0) {
+      errno = saved;
+      return n;
+    }
+    if (errno != ENOMSG) {
+      errno = after_wait(errno, waited);
+      return -1;
+    }
+    int r = iof__backoff_pause(&b, INT64_MAX);
+    if (r < 0) {
+      errno = -r;
+      return -1;
+    }
+  }
+}
