@@ -165,6 +165,13 @@ pid_t iof_compat_waitpid(pid_t pid, int *status, int options) {
   return iof_compat_wait4(pid, status, options, NULL);
 }
 
+/* glibc's wait3 calls its internal wait4, past any interposer. */
+pid_t iof_compat_wait3(int *status, int options, struct rusage *ru) {
+  if (!iof__compat_fiber() || (options & WNOHANG))
+    return iof__libc.wait3(status, options, ru);
+  return iof_compat_wait4(-1, status, options, ru);
+}
+
 pid_t iof_compat_wait(int *status) {
   if (!iof__compat_fiber()) return iof__libc.wait(status);
   return iof_compat_wait4(-1, status, 0, NULL);

@@ -76,6 +76,9 @@
      const sigset_t *))                                                        \
   X(int, epoll_wait, (int, struct epoll_event *, int, int))                    \
   X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *)) \
+  X(int, epoll_pwait2,                                                         \
+    (int, struct epoll_event *, int, const struct timespec *,                  \
+     const sigset_t *))                                                        \
   X(unsigned, sleep, (unsigned))                                               \
   X(int, usleep, (useconds_t))                                                 \
   X(int, nanosleep, (const struct timespec *, struct timespec *))              \
@@ -127,6 +130,7 @@
   X(pid_t, waitpid, (pid_t, int *, int))                                       \
   X(pid_t, wait, (int *))                                                      \
   X(pid_t, wait4, (pid_t, int *, int, struct rusage *))                        \
+  X(pid_t, wait3, (int *, int, struct rusage *))                               \
   X(int, waitid, (idtype_t, id_t, siginfo_t *, int))                           \
   X(int, sigaction, (int, const struct sigaction *, struct sigaction *))       \
   X(int, pthread_sigmask, (int, const sigset_t *, sigset_t *))                 \

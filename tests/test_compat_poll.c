@@ -1,4 +1,4 @@
-/* compat poll, ppoll, select, pselect, epoll_wait (compat_io.h): the
+/* compat poll, ppoll, select, pselect, epoll_wait(2) (compat_io.h): the
  * kernel's exact answers inside fibers; a fiber blocked in poll on a pipe
  * fed by another fiber; timeouts (in and out of fibers); 500 fds mixing
  * pipes, sockets and a regular file, compared entry by entry with what
@@ -54,11 +54,17 @@ static int sc_timeouts(void *arg) {
   CHECK(iof_compat_epoll_wait(ep, &e, 1, 40) == 0);
   ms = ms_since(t0);
   CHECK(ms >= 30 && ms < 5000);
+  t0 = iof_test_now_ns();
+  CHECK(iof_compat_epoll_pwait2(ep, &e, 1, &ts, NULL) == 0);
+  ms = ms_since(t0);
+  CHECK(ms >= 30 && ms < 5000);
   /* Ready at once, with exact results. */
   CHECK(iof_compat_write(p[1], "x", 1) == 1);
   CHECK(iof_compat_poll(&f, 1, 1000) == 1 && f.revents == POLLIN);
   CHECK(iof_compat_epoll_wait(ep, &e, 1, 1000) == 1 && e.data.fd == p[0] &&
         e.events == EPOLLIN);
+  CHECK(iof_compat_epoll_pwait2(ep, &e, 1, NULL, NULL) == 1 &&
+        e.data.fd == p[0]);
   FD_SET(p[0], &rd);
   FD_SET(p[1], &rd);
   fd_set wr;
@@ -71,6 +77,9 @@ static int sc_timeouts(void *arg) {
   struct timespec bad = {0, 2000000000};
   errno = 0;
   CHECK(iof_compat_ppoll(&f, 1, &bad, NULL) == -1 && errno == EINVAL);
+  errno = 0;
+  CHECK(iof_compat_epoll_pwait2(ep, &e, 1, &bad, NULL) == -1 &&
+        errno == EINVAL);
   errno = 0;
   CHECK(iof_compat_select(-1, NULL, NULL, NULL, &tv) == -1 && errno == EINVAL);
   errno = 0;

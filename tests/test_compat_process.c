@@ -60,6 +60,12 @@ static int sc_waits(void *arg) {
   CHECK(iof_compat_wait(&st) == p);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3);
   CHECK(atomic_load(&ticks) >= t0 + 5);
+  /* wait3 (glibc's calls its own wait4, past any interposer). */
+  t0 = atomic_load(&ticks);
+  p = child(60, 2);
+  struct rusage ru3;
+  CHECK(iof_compat_wait3(&st, 0, &ru3) == p && WEXITSTATUS(st) == 2);
+  CHECK(atomic_load(&ticks) >= t0 + 5);
   /* wait4 with its usage report, waitid with its siginfo. */
   p = child(30, 4);
   struct rusage ru;
@@ -88,6 +94,8 @@ static int sc_waits(void *arg) {
   CHECK(iof_compat_waitpid(-1, &st, 0) == -1 && errno == ECHILD);
   errno = 0;
   CHECK(iof_compat_wait(NULL) == -1 && errno == ECHILD);
+  errno = 0;
+  CHECK(iof_compat_wait3(NULL, 0, NULL) == -1 && errno == ECHILD);
   errno = 0;
   CHECK(iof_compat_waitid(P_ALL, 0, &si, WEXITED) == -1 && errno == ECHILD);
   errno = 0;

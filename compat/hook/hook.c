@@ -122,6 +122,10 @@
   X(IO, int, epoll_pwait,                                                      \
     (int fd, struct epoll_event *e, int n, int t, const sigset_t *s),          \
     (fd, e, n, t, s))                                                          \
+  X(IO, int, epoll_pwait2,                                                     \
+    (int fd, struct epoll_event *e, int n, const struct timespec *t,           \
+     const sigset_t *s),                                                       \
+    (fd, e, n, t, s))                                                          \
   X(IO, unsigned, sleep, (unsigned s), (s))                                    \
   X(IO, int, usleep, (useconds_t u), (u))                                      \
   X(IO, int, nanosleep, (const struct timespec *r, struct timespec *m),        \
@@ -273,6 +277,7 @@
   X(IO, pid_t, wait, (int *s), (s))                                            \
   X(IO, pid_t, wait4, (pid_t p, int *s, int o, struct rusage *r),              \
     (p, s, o, r))                                                              \
+  X(IO, pid_t, wait3, (int *s, int o, struct rusage *r), (s, o, r))            \
   X(IO, int, waitid, (idtype_t t, id_t i, siginfo_t * s, int o), (t, i, s, o)) \
   X(IO, int, flock, (int fd, int op), (fd, op))                                \
   X(IO, int, lockf, (int fd, int c, off_t n), (fd, c, n))                      \

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -159,6 +160,53 @@ static void test_fork_then_exec(void **state) {
   assert_int_equal(WEXITSTATUS(c.status), 7);
   assert_int_equal(c.ticks, 5);
   close(c.p[0]), close(c.p[1]);
+}
+
+/* ---- wait3 suspends the fiber ------------------------------------------ */
+
+typedef struct wait3_case {
+  int status;
+  atomic_int ticks;
+  atomic_bool done;
+} wait3_case;
+
+static int wait3_waiter(void *arg) {
+  wait3_case *c = arg;
+  pid_t pid = fork();
+  if (pid == 0) {
+    usleep(100000);
+    _exit(5);
+  }
+  struct rusage ru;
+  pid_t got = wait3(&c->status, 0, &ru); /* glibc's calls wait4 inside */
+  atomic_store(&c->done, true);
+  return got == pid ? 0 : -ECHILD;
+}
+
+static int wait3_ticker(void *arg) {
+  wait3_case *c = arg;
+  while (!atomic_load(&c->done)) {
+    atomic_fetch_add(&c->ticks, 1);
+    usleep(2000);
+  }
+  return 0;
+}
+
+static int wait3_pair(void *arg) {
+  const iof_env *env = iof_env_current();
+  int r = iof_launch(env->executor, wait3_waiter, arg);
+  return r ? r : iof_launch(env->executor, wait3_ticker, arg);
+}
+
+static void test_wait3(void **state) {
+  (void)state;
+  unsigned long before = hook_count("wait3", 0);
+  wait3_case c = {.status = -1};
+  assert_int_equal(hook_run_fibers(1, wait3_pair, &c), 0);
+  assert_true(WIFEXITED(c.status));
+  assert_int_equal(WEXITSTATUS(c.status), 5);
+  assert_int_equal(hook_count("wait3", 0), before + 1);
+  assert_true(atomic_load(&c.ticks) >= 20); /* 100 ms, 2 ms ticks */
 }
 
 /* ---- getaddrinfo from 100 fibers -------------------------------------- */
@@ -429,6 +477,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_errno_across_suspension, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_fork_then_exec, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_wait3, setup, teardown),
       cmocka_unit_test_setup_teardown(test_getaddrinfo_100, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reverse_lookups_100, setup,
                                       teardown),

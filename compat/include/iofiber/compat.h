@@ -82,6 +82,7 @@
 #define pselect iof_compat_pselect
 #define epoll_wait iof_compat_epoll_wait
 #define epoll_pwait iof_compat_epoll_pwait
+#define epoll_pwait2 iof_compat_epoll_pwait2
 #define sleep iof_compat_sleep
 #define usleep iof_compat_usleep
 #define nanosleep iof_compat_nanosleep
@@ -131,6 +132,7 @@
 #define posix_spawnp iof_compat_posix_spawnp
 #define wait(status) iof_compat_wait(status) /* not `union wait` */
 #define wait4 iof_compat_wait4
+#define wait3 iof_compat_wait3
 #define waitid iof_compat_waitid
 #define sigwaitinfo iof_compat_sigwaitinfo
 #define sigtimedwait iof_compat_sigtimedwait

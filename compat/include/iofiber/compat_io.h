@@ -127,11 +127,11 @@ IOF_API ssize_t iof_compat_sendfile(int out_fd, int in_fd, off_t *offset,
 
 /* ---- multiplexing ------------------------------------------------------
  * As poll(2), ppoll(2), select(2), pselect(2), epoll_wait(2),
- * epoll_pwait(2), with the kernel's own results (revents, sets, events):
- * in a fiber they check once without waiting, then suspend until one of
- * the fds may be ready or the timeout passes, and check again. The signal
- * mask of ppoll/pselect/epoll_pwait applies to the checks; a signal it lets
- * in that the thread blocks ends the suspension when it becomes pending
+ * epoll_pwait(2), epoll_pwait2(2), with the kernel's own results (revents,
+ * sets, events): in a fiber they check once without waiting, then suspend until
+ * one of the fds may be ready or the timeout passes, and check again. The
+ * signal mask of ppoll/pselect/epoll_pwait(2) applies to the checks; a signal
+ * it lets in that the thread blocks ends the suspension when it becomes pending
  * (a signalfd joins the wait), and the next check delivers it: -1 EINTR,
  * as make -j expects for SIGCHLD. select is limited to FD_SETSIZE like the
  * plain call. */
@@ -149,6 +149,10 @@ IOF_API int iof_compat_epoll_wait(int epfd, struct epoll_event *events,
 IOF_API int iof_compat_epoll_pwait(int epfd, struct epoll_event *events,
                                    int maxevents, int timeout_ms,
                                    const sigset_t *sigmask);
+IOF_API int iof_compat_epoll_pwait2(int epfd, struct epoll_event *events,
+                                    int maxevents,
+                                    const struct timespec *timeout,
+                                    const sigset_t *sigmask);
 
 /* ---- sleeping and yielding ---------------------------------------------
  * As sleep(3), usleep(3), nanosleep(2), clock_nanosleep(2): in a fiber, the
@@ -168,14 +172,14 @@ IOF_API int iof_compat_clock_nanosleep(clockid_t clock, int flags,
 IOF_API int iof_compat_sched_yield(void);
 
 /* ---- child processes ---------------------------------------------------
- * As waitpid(2), wait(2), wait4(2), waitid(2): in a fiber the fiber, not
- * its thread, waits; the result is the kernel's (the call with WNOHANG,
- * made again whenever the child may have changed state). A wait for one
- * child's exit waits on a pidfd of it, and checks again after a pause
- * growing from 1 ms to 1 s (a traced child's stops do not show on it);
- * other waits (any child, a process group, stops and continues) check
- * again after a pause growing from 1 to 20 ms. WNOHANG calls and calls outside
- * fibers are the plain ones. */
+ * As waitpid(2), wait(2), wait3(2), wait4(2), waitid(2): in a fiber the
+ * fiber, not its thread, waits; the result is the kernel's (the call with
+ * WNOHANG, made again whenever the child may have changed state). A wait
+ * for one child's exit waits on a pidfd of it, and checks again after a
+ * pause growing from 1 ms to 1 s (a traced child's stops do not show on
+ * it); other waits (any child, a process group, stops and continues) check
+ * again after a pause growing from 1 to 20 ms. WNOHANG calls and calls
+ * outside fibers are the plain ones. */
 struct rusage;
 IOF_API pid_t iof_compat_waitpid(pid_t pid, int *status, int options);
 /* As system(3): in a fiber, /bin/sh -c cmd is started with posix_spawn and
@@ -215,6 +219,7 @@ IOF_API void iof_compat_fork_child(void);
  * blocks). Six arguments are read, as glibc's syscall passes. */
 IOF_API long iof_compat_syscall(long number, ...);
 IOF_API pid_t iof_compat_wait(int *status);
+IOF_API pid_t iof_compat_wait3(int *status, int options, struct rusage *ru);
 IOF_API pid_t iof_compat_wait4(pid_t pid, int *status, int options,
                                struct rusage *ru);
 #if !defined(__GLIBC__) || defined(__USE_XOPEN_EXTENDED) ||                    \
