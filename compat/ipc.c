@@ -5,8 +5,8 @@
  * socket: it tries the call with a deadline already passed (which never
  * blocks, whatever the queue's O_NONBLOCK), and waits for readiness on
  * ETIMEDOUT. System V objects give no readiness at all: a fiber tries
- * with IPC_NOWAIT and pauses between tries (compat/backoff.c), as for
- * file locks. Either way only the fiber waits, and the other fibers of its
+ * without sleeping (IPC_NOWAIT, or semtimedop with a zero timeout) and
+ * pauses between tries (compat/backoff.c), as for file locks. Either way only the fiber waits, and the other fibers of its
  * thread (one of which may be the peer) run. Outside fibers, and for
  * calls that do not block (IPC_NOWAIT, an O_NONBLOCK queue), the plain
  * call. Interruption follows signal(7): the queue calls are restarted
@@ -18,8 +18,6 @@
 #include "compat/thread_internal.h"
 
 #include <errno.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* ---- POSIX message queues ---------------------------------------------- */
 
@@ -32,7 +30,8 @@ static int mq_wait(mqd_t q, int events, const struct timespec *abs,
                    int64_t *deadline) {
   if (abs && *deadline == 0) {
     /* The kernel checks the timeout only once the call would block. */
-    int r = iof__abs_to_mono(CLOCK_REALTIME, abs, deadline);
+    int r = iof__ts_check(abs);
+    if (r == 0) r = iof__abs_to_mono(CLOCK_REALTIME, abs, deadline);
     if (r < 0) return r;
   }
   int64_t d = abs ? *deadline : -1;
@@ -115,54 +114,51 @@ static int after_wait(int err, bool waited) {
 
 #define IPC_PAUSE_MIN_NS 50000LL
 #define IPC_PAUSE_MAX_NS 5000000LL
-#define SOPS_ON_STACK 32
+static bool all_nowait(const struct sembuf *sops, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(sops[i].sem_flg & IPC_NOWAIT)) return false;
+  return true;
+}
+
+/* semtimedop with a zero timeout never sleeps (EAGAIN when it would),
+ * and lets the kernel check the caller's array itself (EFAULT). */
+static const struct timespec zero = {0, 0};
 
 int iof_compat_semtimedop(int id, struct sembuf *sops, size_t n,
                           const struct timespec *timeout) {
   iof_fiber *f = iof__compat_fiber();
-  bool waits = false;
-  for (size_t i = 0; f && sops && i < n && i < 65536; i++)
-    if (!(sops[i].sem_flg & IPC_NOWAIT)) waits = true;
-  if (!waits || n > 65536) return iof__libc.semtimedop(id, sops, n, timeout);
   int64_t deadline = INT64_MAX;
-  int bad = timeout ? iof__rel_to_mono(timeout, &deadline) : 0;
-  if (bad < 0) {
-    errno = -bad;
-    return -1;
+  if (f && timeout && timeout != &zero) {
+    int r = iof__ts_check(timeout);
+    if (r == 0) r = iof__rel_to_mono(timeout, &deadline);
+    if (r < 0) {
+      errno = -r;
+      return -1;
+    }
+    if (!timeout->tv_sec && !timeout->tv_nsec) f = NULL; /* a try */
   }
-  /* The same operations, each with IPC_NOWAIT: a try that never blocks. */
-  struct sembuf local[SOPS_ON_STACK];
-  struct sembuf *t = n <= SOPS_ON_STACK ? local : malloc(n * sizeof *t);
-  if (!t) {
-    errno = ENOMEM;
-    return -1;
-  }
-  memcpy(t, sops, n * sizeof *t);
-  for (size_t i = 0; i < n; i++) t[i].sem_flg |= IPC_NOWAIT;
-  int saved = errno, rc;
-  bool waited = false;
+  if (!f) return iof__libc.semtimedop(id, sops, n, timeout);
+  int saved = errno;
   iof__backoff b;
   iof__backoff_init(&b, f, IPC_PAUSE_MIN_NS, IPC_PAUSE_MAX_NS, false);
-  for (;; waited = true) {
-    if (iof__libc.semtimedop(id, t, n, NULL) == 0) {
+  for (bool waited = false;; waited = true) {
+    if (iof__libc.semtimedop(id, sops, n, &zero) == 0) {
       errno = saved;
-      rc = 0;
-      break;
+      return 0;
     }
     if (errno != EAGAIN) {
       errno = after_wait(errno, waited);
-      rc = -1;
-      break;
+      return -1;
     }
+    /* Only operations that all say IPC_NOWAIT never wait (the kernel
+     * read the array: it is readable). */
+    if (!waited && all_nowait(sops, n)) return -1;
     int r = iof__backoff_pause(&b, deadline);
     if (r < 0) {
       errno = r == -ETIMEDOUT ? EAGAIN : -r; /* semtimedop's timeout */
-      rc = -1;
-      break;
+      return -1;
     }
   }
-  if (t != local) free(t);
-  return rc;
 }
 
 int iof_compat_semop(int id, struct sembuf *sops, size_t n) {

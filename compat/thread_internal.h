@@ -125,6 +125,12 @@ IOF_HIDDEN void iof__lk_unlock(atomic_int *l);
 IOF_HIDDEN int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
                                 int64_t *out);
 
+/* Whether the kernel can read ts and finds it valid, asked of the kernel
+ * (a futex wait on a word whose value differs, which reads the timeout
+ * and returns at once): 0, -EFAULT or -EINVAL. Call it before reading a
+ * timespec the caller passed, where the plain call answers EFAULT. */
+IOF_HIDDEN int iof__ts_check(const struct timespec *ts);
+
 /* now + a relative timeout -> CLOCK_MONOTONIC ns (saturating). -EINVAL for
  * a bad timespec (negative, or tv_nsec out of range). */
 IOF_HIDDEN int iof__rel_to_mono(const struct timespec *rel, int64_t *out);

@@ -161,6 +161,14 @@ int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
   return 0;
 }
 
+int iof__ts_check(const struct timespec *ts) {
+  uint32_t word = 0;
+  long r =
+      iof__syscall()(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 1u, ts, NULL, 0);
+  if (r == 0) return 0; /* a spurious wake: it was read */
+  return errno == EAGAIN ? 0 : -errno;
+}
+
 int iof__rel_to_mono(const struct timespec *rel, int64_t *out) {
   if (!rel || rel->tv_sec < 0 || rel->tv_nsec < 0 || rel->tv_nsec >= 1000000000)
     return -EINVAL;

@@ -139,8 +139,16 @@ static int mq_errors(void *arg) {
   errno = 0;
   CHECK(iof_compat_mq_timedreceive(mq, buf, sizeof buf, NULL, &bad) == -1 &&
         errno == EINVAL);
+  errno = 0;
+  CHECK(iof_compat_mq_timedreceive(mq, buf, sizeof buf, NULL,
+                                   (struct timespec *)8) == -1 &&
+        errno == EFAULT);
   CHECK(iof_compat_mq_send(mq, "x", 1, 0) == 0);
   CHECK(iof_compat_mq_timedreceive(mq, buf, sizeof buf, NULL, &bad) == 1);
+  CHECK(iof_compat_mq_send(mq, "y", 1, 0) == 0);
+  errno = 0;
+  CHECK(iof_compat_mq_receive(mq, (char *)8, 64, NULL) == -1 &&
+        errno == EFAULT); /* the kernel dropped "y" */
   /* A buffer below the queue's message size. */
   errno = 0;
   CHECK(iof_compat_mq_receive(mq, buf, 8, NULL) == -1 && errno == EMSGSIZE);
@@ -262,6 +270,13 @@ static int sem_errors(void *arg) {
   CHECK(iof_compat_semop(sem_id, &out_of_range, 1) == -1 && errno == EFBIG);
   errno = 0;
   CHECK(iof_compat_semop(sem_id, NULL, 1) == -1 && errno == EFAULT);
+  /* Wild pointers: the kernel's EFAULT, never a fault in compat. */
+  errno = 0;
+  CHECK(iof_compat_semop(sem_id, (struct sembuf *)8, 1) == -1 &&
+        errno == EFAULT);
+  errno = 0;
+  CHECK(iof_compat_semtimedop(sem_id, &down, 1, (struct timespec *)8) == -1 &&
+        errno == EFAULT);
   return 0;
 }
 
