@@ -13,6 +13,7 @@
 #include "compat/fd_table.h"
 #include "compat/signal_internal.h"
 #include "compat/sigmask_internal.h"
+#include "compat/thread_internal.h"
 
 #include <iofiber/timer.h>
 
@@ -29,6 +30,9 @@ static int64_t deadline_ms(int ms) {
   return ms < 0 ? -1 : iof__now_ns() + (int64_t)ms * 1000000;
 }
 
+/* ppoll and pselect read the timeout in glibc too (a wild pointer faults
+ * there as here); epoll_pwait2 hands it to the kernel, so compat asks the
+ * kernel (iof__ts_check) for the plain call's EFAULT. */
 static bool ts_valid(const struct timespec *ts) {
   return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000;
 }
@@ -396,7 +400,7 @@ int iof_compat_epoll_wait(int epfd, struct epoll_event *events, int max,
 int iof_compat_epoll_pwait2(int epfd, struct epoll_event *events, int max,
                             const struct timespec *timeout,
                             const sigset_t *mask) {
-  if (!iof__compat_fiber() || (timeout && !ts_valid(timeout)) ||
+  if (!iof__compat_fiber() || (timeout && iof__ts_check(timeout) < 0) ||
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.epoll_pwait2(epfd, events, max, timeout, mask);
   iof__sigmask_hold h;

@@ -503,10 +503,6 @@ static int sigsuspend_main(iof_fiber *f, const sigset_t *mask) {
 
 /* ---- the sigwait family ------------------------------------------------- */
 
-static bool ts_ok(const struct timespec *ts) {
-  return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000;
-}
-
 /* A signal of set pthread_kill left for the calling fiber thread, taken
  * (0: none): pending for that thread alone, the kernel never saw it. */
 static int take_waited(const sigset_t *set, siginfo_t *info) {
@@ -532,15 +528,16 @@ static int sigtimedwait_fiber(iof_fiber *f, const sigset_t *set,
 int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
                             const struct timespec *timeout) {
   iof_fiber *f = iof__compat_fiber();
-  if (f && set && timeout && ts_ok(timeout) && !timeout->tv_sec &&
-      !timeout->tv_nsec) {
+  /* A timeout the kernel cannot read or rejects: the plain call's error. */
+  bool bad = f && timeout && iof__ts_check(timeout) < 0;
+  if (f && set && timeout && !bad && !timeout->tv_sec && !timeout->tv_nsec) {
     int saved = errno;
     int s = take_waited(set, info);
     if (s > 0) return s;
     errno = saved;
   }
   if (!f || !set ||
-      (timeout && (!ts_ok(timeout) || (!timeout->tv_sec && !timeout->tv_nsec))))
+      (timeout && (bad || (!timeout->tv_sec && !timeout->tv_nsec))))
     return iof__libc.sigtimedwait(set, info, timeout);
   int64_t deadline = -1;
   if (timeout) {

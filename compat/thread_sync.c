@@ -163,10 +163,12 @@ int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
 
 int iof__ts_check(const struct timespec *ts) {
   uint32_t word = 0;
+  int saved = errno;
   long r =
       iof__syscall()(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 1u, ts, NULL, 0);
-  if (r == 0) return 0; /* a spurious wake: it was read */
-  return errno == EAGAIN ? 0 : -errno;
+  int e = r == 0 || errno == EAGAIN ? 0 : -errno; /* 0: a spurious wake */
+  errno = saved;
+  return e;
 }
 
 int iof__rel_to_mono(const struct timespec *rel, int64_t *out) {

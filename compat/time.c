@@ -7,6 +7,7 @@
 
 #include "compat/fd_table.h"
 #include "compat/signal_internal.h"
+#include "compat/thread_internal.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -41,10 +42,6 @@ int iof_compat_usleep(iof_compat_useconds_t usec) {
   return 0;
 }
 
-static bool ts_ok(const struct timespec *ts) {
-  return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000;
-}
-
 static int64_t ts_ns(const struct timespec *ts) {
   if (ts->tv_sec > INT64_MAX / 1000000000 - 1) return INT64_MAX;
   return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
@@ -68,11 +65,8 @@ static int sleep_rel(const struct timespec *req, struct timespec *rem) {
 }
 
 int iof_compat_nanosleep(const struct timespec *req, struct timespec *rem) {
-  if (!iof__compat_fiber() || !req) return iof__libc.nanosleep(req, rem);
-  if (!ts_ok(req)) {
-    errno = EINVAL;
-    return -1;
-  }
+  if (!iof__compat_fiber() || !req || iof__ts_check(req) < 0)
+    return iof__libc.nanosleep(req, rem); /* EFAULT, EINVAL: the kernel's */
   int e = sleep_rel(req, rem);
   if (!e) return 0;
   errno = e;
@@ -93,9 +87,9 @@ static bool fiber_clock(clockid_t c) {
 int iof_compat_clock_nanosleep(clockid_t clock, int flags,
                                const struct timespec *req,
                                struct timespec *rem) {
-  if (!iof__compat_fiber() || !req || !fiber_clock(clock))
+  if (!iof__compat_fiber() || !req || !fiber_clock(clock) ||
+      iof__ts_check(req) < 0)
     return iof__libc.clock_nanosleep(clock, flags, req, rem);
-  if (!ts_ok(req)) return EINVAL;
   if (!(flags & TIMER_ABSTIME)) return sleep_rel(req, rem);
   /* Until the clock reads req: checked again after each sleep, so a
    * realtime clock set back meanwhile still gets its full wait. */

@@ -425,7 +425,14 @@ static int poll_calls(void *arg) {
   CHECK_ERR(iof_compat_epoll_wait(ep, &ev, -1, 0), EINVAL);
   CHECK_ERR(iof_compat_epoll_pwait(ep, &ev, INT_MAX, 0, NULL), EINVAL);
   CHECK_EQ(iof_compat_epoll_wait(ep, &ev, 1, 0), 0);
+  /* Timeouts at wild addresses: the kernel's EFAULT, as the plain calls
+   * (glibc's ppoll, pselect and select read theirs and fault). */
+  const struct timespec *wild = (const struct timespec *)8;
+  CHECK_ERR(iof_compat_epoll_pwait2(ep, &ev, 1, wild, NULL), EFAULT);
+  CHECK_ERR(iof_compat_epoll_pwait2(ep, &ev, 1, &bad_ts, NULL), EINVAL);
   close(ep);
+  CHECK_ERR(iof_compat_nanosleep(wild, NULL), EFAULT);
+  CHECK_EQ(iof_compat_clock_nanosleep(CLOCK_MONOTONIC, 0, wild, NULL), EFAULT);
 
   CHECK_ERR(iof_compat_nanosleep(NULL, NULL), EFAULT);
   CHECK_ERR(iof_compat_nanosleep(&bad_ts, NULL), EINVAL);
@@ -492,6 +499,7 @@ static int signal_calls(void *arg) {
   for (size_t i = 0; i < sizeof bad_ts / sizeof bad_ts[0]; i++)
     CHECK_ERR(iof_compat_sigtimedwait(&set, NULL, &bad_ts[i]), EINVAL);
   CHECK_ERR(iof_compat_sigtimedwait(NULL, NULL, &bad_ts[0]), EFAULT);
+  CHECK_ERR(iof_compat_sigtimedwait(&set, NULL, (struct timespec *)8), EFAULT);
   CHECK_ERR(iof_compat_sigwaitinfo(NULL, NULL), EFAULT);
   int sig = 0;
   CHECK_EQ(iof_compat_sigwait(NULL, &sig), EINVAL);
