@@ -41,8 +41,29 @@ static pstream *unlink_by(FILE *fp, int fd) {
   return p;
 }
 
+/* Waits for the child of a closed stream, as glibc's pclose: not a
+ * cancellation point for it (a cancelled thread would leave the child
+ * unreaped), not ended by handlers, and reaped even when the chain was
+ * stopped (then plainly: its input or output is closed, so it ends). */
+static pid_t reap(pid_t pid, int *st) {
+  int old;
+  (void)iof_compat_pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  pid_t w;
+  do w = iof_compat_waitpid(pid, st, 0);
+  while (w < 0 && errno == EINTR);
+  if (w < 0 && errno == ECANCELED) {
+    int e = errno;
+    while (iof__libc.waitpid(pid, st, 0) < 0 && errno == EINTR)
+      ;
+    errno = e; /* pclose still says the chain was stopped */
+  }
+  (void)iof_compat_pthread_setcancelstate(old, NULL);
+  return w;
+}
+
 /* fclose of a popen stream: close the pipe, then wait for the child (as
- * glibc's does). Keeps the record for pclose, which reads the status. */
+ * glibc's does). Keeps the record for pclose, which reads the status;
+ * fclose itself returns the status, as glibc's. */
 static int p_close(void *c) {
   int fd = (int)(intptr_t)c;
   iof__lk_lock(&lk);
@@ -51,15 +72,16 @@ static int p_close(void *c) {
   int r = iof_compat_close(fd);
   if (!p) return r;
   int e = errno, st = -1;
-  pid_t w;
-  do w = iof_compat_waitpid(p->pid, &st, 0);
-  while (w < 0 && errno == EINTR);
+  pid_t w = reap(p->pid, &st);
   p->status = w == p->pid ? st : -1;
   if (p->closing) {
     if (w < 0) e = errno;
-  } else {
-    free(p);
+    errno = e;
+    return r;
   }
+  r = p->status;
+  free(p);
+  if (w < 0) e = errno;
   errno = e;
   return r;
 }
@@ -71,17 +93,19 @@ static FILE *fail(int e) {
 
 FILE *iof_compat_popen(const char *cmd, const char *mode) {
   if (!iof__compat_fiber() || !cmd || !mode) return iof__libc.popen(cmd, mode);
-  int rw = 0; /* 'r' or 'w', the last one given, as glibc */
-  bool cloexec = false;
+  bool rd = false, wr = false, cloexec = false;
   for (const char *m = mode; *m; m++) {
-    if (*m == 'r' || *m == 'w')
-      rw = *m;
+    if (*m == 'r')
+      rd = true;
+    else if (*m == 'w')
+      wr = true;
     else if (*m == 'e')
       cloexec = true;
     else
       return fail(EINVAL);
   }
-  if (!rw) return fail(EINVAL);
+  if (rd == wr) return fail(EINVAL); /* one direction, as glibc */
+  int rw = rd ? 'r' : 'w';
   pstream *p = calloc(1, sizeof *p);
   if (!p) return fail(ENOMEM);
   int fds[2];
@@ -101,10 +125,12 @@ FILE *iof_compat_popen(const char *cmd, const char *mode) {
   posix_spawn_file_actions_t fa;
   int e = posix_spawn_file_actions_init(&fa);
   if (!e) e = posix_spawn_file_actions_adddup2(&fa, theirs, target);
+  /* From the list walk to the new stream's link, as glibc's list lock: a
+   * popen on another thread in between would not close this stream's fd
+   * in its child (nothing here suspends). */
   iof__lk_lock(&lk);
   for (pstream *q = streams; q && !e; q = q->next)
     e = posix_spawn_file_actions_addclose(&fa, q->fd);
-  iof__lk_unlock(&lk);
   char *argv[] = {"sh", "-c", (char *)cmd, NULL};
   if (!e)
     e = iof_compat_posix_spawn(&p->pid, "/bin/sh", &fa, NULL, argv, environ);
@@ -116,20 +142,20 @@ FILE *iof_compat_popen(const char *cmd, const char *mode) {
     fp = iof__compat_fd_stream(mine, rw == 'r' ? "r" : "w", p_close);
     if (!fp) e = errno;
   }
+  if (fp) {
+    p->fp = fp;
+    p->fd = mine;
+    p->next = streams;
+    streams = p;
+  }
+  iof__lk_unlock(&lk);
   if (!fp) {
     iof_compat_close(mine);
     if (p->pid > 0) /* the stream could not be made: reap the child */
-      while (iof_compat_waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
+      (void)reap(p->pid, NULL);
     free(p);
     return fail(e);
   }
-  p->fp = fp;
-  p->fd = mine;
-  iof__lk_lock(&lk);
-  p->next = streams;
-  streams = p;
-  iof__lk_unlock(&lk);
   return fp;
 }
 

@@ -149,8 +149,13 @@ static void hb_release(void *arg) {
 /* Runs the lookup on the resolver with a private buffer of len bytes
  * placed at the same alignment as `like`. NULL with *rc an error number
  * when the job could not run. */
+#define HB_BUF_MAX (1u << 20)
+
 static hb_job *hb_lookup(const hb_key *k, size_t len, const void *like,
                          int *rc) {
+  /* glibc fills the buffer from its start, and no answer needs more than
+   * this: a larger one (however large) is used up to here. */
+  if (len > HB_BUF_MAX) len = HB_BUF_MAX;
   hb_job *j = malloc(sizeof *j + k->n + len + 16);
   if (!j) {
     *rc = ENOMEM;
@@ -181,8 +186,36 @@ static char *rebase(char *p, const hb_job *j, char *to) {
 }
 
 /* Moves a successful result into the caller's hostent and buffer. */
+/* One more byte range of the result inside the job's buffer. */
+static void extent(const hb_job *j, const void *p, size_t n, size_t *end) {
+  const char *c = p;
+  if (c >= j->buf && c < j->buf + j->len && (size_t)(c - j->buf) + n > *end)
+    *end = (size_t)(c - j->buf) + n;
+}
+
+/* The bytes of the job's buffer glibc used: only they are copied, so a
+ * caller whose buflen says more than its buffer holds (glibc never
+ * notices) is not written past what glibc itself would write. */
+static size_t used_bytes(const hb_job *j) {
+  const struct hostent *h = &j->he;
+  size_t end = 0;
+  if (h->h_name) extent(j, h->h_name, strlen(h->h_name) + 1, &end);
+  size_t n = 0;
+  if (h->h_aliases) {
+    for (; h->h_aliases[n]; n++)
+      extent(j, h->h_aliases[n], strlen(h->h_aliases[n]) + 1, &end);
+    extent(j, h->h_aliases, (n + 1) * sizeof(char *), &end);
+  }
+  if (h->h_addr_list) {
+    for (n = 0; h->h_addr_list[n]; n++)
+      extent(j, h->h_addr_list[n], (size_t)h->h_length, &end);
+    extent(j, h->h_addr_list, (n + 1) * sizeof(char *), &end);
+  }
+  return end;
+}
+
 static void hb_copy(const hb_job *j, struct hostent *ret, char *buf) {
-  memcpy(buf, j->buf, j->len);
+  memcpy(buf, j->buf, used_bytes(j));
   *ret = j->he;
   ret->h_name = rebase(j->he.h_name, j, buf);
   ret->h_aliases = (char **)rebase((char *)j->he.h_aliases, j, buf);
@@ -265,47 +298,74 @@ int iof_compat_gethostbyaddr_r(const void *addr, socklen_t len, int type,
 
 /* gethostbyname's result: one per thread, read by the fiber before it
  * next suspends (glibc's own is one per process). The buffer grows on
- * ERANGE and stays for the thread's life. */
-static __thread struct {
+ * ERANGE, stays for the thread's life and is freed at its exit. */
+typedef struct hb_static {
   struct hostent he;
   char *buf;
   size_t len;
-} tls_hb;
+} hb_static;
+
+static __thread hb_static tls_hb;
+
+/* The calling thread's tls_hb and h_errno, computed anew at each call: a
+ * fiber may resume on another thread after a lookup, and the compiler
+ * would reuse a thread-local address (or __h_errno_location's, declared
+ * const) computed before the wait. */
+static __attribute__((noinline, noipa)) hb_static *hb_here(void) {
+  return &tls_hb;
+}
+
+static __attribute__((noinline, noipa)) void set_h_errno(int v) {
+  h_errno = v;
+}
+
+static pthread_key_t hb_buf_key;
+static pthread_once_t hb_once = PTHREAD_ONCE_INIT;
+static bool hb_key_ok;
+
+static void hb_free(void *buf) {
+  free(buf);
+}
+
+static void hb_key_make(void) {
+  hb_key_ok = iof__libc.pthread_key_create(&hb_buf_key, hb_free) == 0;
+}
 
 /* gethostbyname and gethostbyaddr in a fiber: the result in tls_hb. */
 static struct hostent *hb_lookup_static(const hb_key *k) {
   int saved = errno;
-  for (size_t len = tls_hb.len ? tls_hb.len : 1024;; len *= 2) {
+  for (size_t len = hb_here()->len ? hb_here()->len : 1024;; len *= 2) {
     int rc = 0;
-    /* The thread after the wait may differ: address its storage then. */
-    hb_job *j = hb_lookup(k, len, tls_hb.buf, &rc);
+    hb_job *j = hb_lookup(k, len, hb_here()->buf, &rc);
+    hb_static *hb = hb_here(); /* the thread after the wait */
     if (!j) {
-      h_errno = rc == ECANCELED ? TRY_AGAIN : NETDB_INTERNAL;
+      set_h_errno(rc == ECANCELED ? TRY_AGAIN : NETDB_INTERNAL);
       errno = rc;
       return NULL;
     }
-    if (j->rc == ERANGE && len < (1u << 20)) {
+    if (j->rc == ERANGE && len < HB_BUF_MAX) {
       free(j);
       continue;
     }
     struct hostent *out = NULL;
     if (j->rc == 0 && j->result) {
-      if (tls_hb.len < len) {
-        char *nb = realloc(tls_hb.buf, len);
+      if (hb->len < len) {
+        char *nb = realloc(hb->buf, len);
         if (!nb) {
           free(j);
-          h_errno = NETDB_INTERNAL;
+          set_h_errno(NETDB_INTERNAL);
           errno = ENOMEM;
           return NULL;
         }
-        tls_hb.buf = nb;
-        tls_hb.len = len;
+        hb->buf = nb;
+        hb->len = len;
+        iof__libc.pthread_once(&hb_once, hb_key_make);
+        if (hb_key_ok) iof__libc.pthread_setspecific(hb_buf_key, nb);
       }
-      hb_copy(j, &tls_hb.he, tls_hb.buf);
-      out = &tls_hb.he;
+      hb_copy(j, &hb->he, hb->buf);
+      out = &hb->he;
     }
-    h_errno = j->rc == 0 ? j->h_err : NETDB_INTERNAL;
-    if (out) h_errno = 0;
+    set_h_errno(out ? 0 : j->rc == 0 ? j->h_err : NETDB_INTERNAL);
     free(j);
     errno = saved;
     return out;

@@ -955,9 +955,9 @@ static int libc_sem_wait(sem_t *ps, clockid_t clock, const struct timespec *abs,
     return iof__libc.sem_timedwait(ps, &rt);
   }
   /* sem_wait is restarted after an SA_RESTART handler (signal(7), since
-   * Linux 2.6.22), else fails with EINTR. */
+   * Linux 2.6.22); sem_timedwait never is (its futex wait has a timeout). */
   iof__backoff b;
-  iof__backoff_init(&b, iof__cthr_fiber(), 50000, 5000000, true);
+  iof__backoff_init(&b, iof__cthr_fiber(), 50000, 5000000, !timed);
   for (;;) {
     if (iof__libc.sem_trywait(ps) == 0) return 0;
     if (errno != EAGAIN) return -1;

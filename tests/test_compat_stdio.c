@@ -230,6 +230,15 @@ static int popen_fiber(void *arg) {
   CHECK(iof_compat_popen("true", "x") == NULL && errno == EINVAL);
   errno = 0;
   CHECK(iof_compat_popen("true", "") == NULL && errno == EINVAL);
+  errno = 0;
+  CHECK(iof_compat_popen("true", "rw") == NULL && errno == EINVAL);
+  errno = 0;
+  CHECK(iof_compat_popen("true", "wr") == NULL && errno == EINVAL);
+  /* fclose of a popen stream reaps the child and returns its status, as
+   * glibc's. */
+  f = iof_compat_popen("exit 3", "r");
+  CHECK(f != NULL);
+  if (f) CHECK(fclose(f) == 3 << 8);
   atomic_store(&done, true);
   return 0;
 }

@@ -449,14 +449,64 @@ static void test_resolve_numeric_in_place(void **s) {
   assert_no_failures();
 }
 
+/* gethostbyname's result belongs to the thread the fiber runs on after
+ * the lookup: fibers of a 4-thread pool, which resume on any of them,
+ * each read their own answer (numeric names: no network). The runtime
+ * once kept the thread-local's address from before the wait, and a fiber
+ * back on another thread got a result in the first thread's buffer,
+ * which that thread's fibers then overwrote. */
+#define MIGRANTS 16
+#define LOOKUPS 60
+
+static atomic_int wrong_answers, answers;
+
+static int own_answer(void *arg) {
+  int id = (int)(intptr_t)arg;
+  for (int i = 0; i < LOOKUPS; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "10.%d.0.%d", id, i);
+    struct hostent *h = iof_compat_gethostbyname(name);
+    if (!h) {
+      atomic_fetch_add(&wrong_answers, 1);
+      continue;
+    }
+    /* Read it for a while: the other threads' fibers run meanwhile. */
+    bool ok = true;
+    for (int k = 0; k < 500 && ok; k++) ok = strcmp(h->h_name, name) == 0;
+    atomic_fetch_add(ok ? &answers : &wrong_answers, 1);
+  }
+  return 0;
+}
+
+static void test_gethostbyname_across_threads(void **s) {
+  (void)s;
+  atomic_store(&wrong_answers, 0);
+  atomic_store(&answers, 0);
+  iof_thread_pool *p = iof_thread_pool_create(4);
+  assert_non_null(p);
+  iof_executor_ref ex = iof_thread_pool_executor(p);
+  for (int i = 0; i < MIGRANTS; i++)
+    assert_int_equal(iof_run_async(ex, NULL, own_answer, (void *)(intptr_t)i),
+                     0);
+  assert_int_equal(iof_thread_pool_join(p), 0);
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+  assert_int_equal(atomic_load(&wrong_answers), 0);
+  assert_int_equal(atomic_load(&answers), MIGRANTS * LOOKUPS);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      T(test_sleeps),           T(test_sleep_only_fiber),
-      T(test_sched_yield),      T(test_resolve),
-      T(test_resolve_parallel), T(test_resolver_overlap),
-      T(test_stop_ends_read),   T(test_resolve_numeric_in_place),
+      T(test_sleeps),
+      T(test_sleep_only_fiber),
+      T(test_sched_yield),
+      T(test_resolve),
+      T(test_resolve_parallel),
+      T(test_resolver_overlap),
+      T(test_stop_ends_read),
+      T(test_resolve_numeric_in_place),
+      T(test_gethostbyname_across_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,8 @@
  *   the SIGALRM handler (no SA_RESTART), as the kernel gives; with
  *   SA_RESTART the wait goes on until the child lets go;
  * - alarm() around sem_wait on a semaphore libc made (sem_open): the
- *   same (Linux restarts its futex wait after an SA_RESTART handler).
+ *   same (Linux restarts its futex wait after an SA_RESTART handler);
+ *   sem_timedwait is never restarted.
  * Prints "all steps right" when every step is. */
 #include <errno.h>
 #include <fcntl.h>
@@ -194,7 +195,19 @@ int main(void) {
   errno = 0;
   CHECK(sem_wait(sem) == -1 && errno == EINTR,
         "the alarm ends sem_wait with EINTR");
-  CHECK(alarms == 4 && mono_ms() - t0 < 2500, "after the last alarm");
+  CHECK(alarms == 4 && mono_ms() - t0 < 2500, "after the fourth alarm");
+  /* sem_timedwait is never restarted, SA_RESTART or not. */
+  sa.sa_flags = SA_RESTART;
+  CHECK(sigaction(SIGALRM, &sa, NULL) == 0, "sigaction SA_RESTART again");
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 4;
+  alarm(1);
+  t0 = mono_ms();
+  errno = 0;
+  CHECK(sem_timedwait(sem, &until) == -1 && errno == EINTR,
+        "the alarm ends sem_timedwait with EINTR despite SA_RESTART");
+  CHECK(alarms == 5 && mono_ms() - t0 < 2500, "after the last alarm");
   alarm(0);
   sem_close(sem);
   unlink(path);
