@@ -882,10 +882,19 @@ int iof_compat_pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
   if (r) return r;
   iof__lk_lock(&t->lk);
   bool det = t->detached;
+  /* Where it runs: the lowest address its stack may use, for t->stack
+   * bytes (the frame is that rounded up to pages, the control block at
+   * its top). Stack scanners and guard-page makers (the JVM) read it. */
+  void *lo = NULL;
+  if (t->fiber)
+    lo = t->fiber->soft_lo ? (void *)t->fiber->soft_lo : t->fiber->base;
   iof__lk_unlock(&t->lk);
   pthread_attr_setdetachstate(attr, det ? PTHREAD_CREATE_DETACHED
                                         : PTHREAD_CREATE_JOINABLE);
-  pthread_attr_setstacksize(attr, t->stack);
+  if (lo)
+    pthread_attr_setstack(attr, lo, t->stack);
+  else
+    pthread_attr_setstacksize(attr, t->stack);
   return 0;
 }
 

@@ -30,6 +30,7 @@
  * the values are still its own (home). */
 #include "fiber/fiber_internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
@@ -71,6 +72,20 @@ static bool has_code(const struct dl_phdr_info *info, const void *fn) {
   return false;
 }
 
+/* Whether the module defines the malloc in use. malloc's address may be
+ * the canonical PLT entry of a non-PIE executable that takes it (node):
+ * code of the executable, but no definition, which dladdr1 (definitions
+ * only) tells apart. */
+static bool defines_malloc(const struct dl_phdr_info *info) {
+  const void *m = (const void *)(uintptr_t)malloc;
+  if (!has_code(info, m)) return false;
+  Dl_info di;
+  const ElfW(Sym) *sym = NULL;
+  if (!dladdr1(m, &di, (void **)&sym, RTLD_DL_SYMENT) || !sym) return false;
+  return di.dli_sname && strcmp(di.dli_sname, "malloc") == 0 &&
+         sym->st_shndx != SHN_UNDEF;
+}
+
 static bool named(const char *path, const char *const *names) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
@@ -108,7 +123,7 @@ static int look(struct dl_phdr_info *info, size_t size, void *p) {
     return 0;
   /* The runtime or the allocator inside: per OS thread. */
   if (in(&iof__tls_state, info->dlpi_tls_data, tls->p_memsz) ||
-      has_code(info, (const void *)(uintptr_t)malloc))
+      defines_malloc(info))
     return 0;
   size_t at = (B.size + 15) & ~(size_t)15;
   unsigned char *init = realloc(B.init, at + tls->p_memsz);
