@@ -163,9 +163,9 @@ static inline iof_fiber *iof__compat_fiber(void) {
  * a fiber retries the non-blocking form between pauses (file_lock.c). */
 IOF_HIDDEN int iof__compat_setlkw(int fd, int cmd, void *lock);
 
-/* A stdio stream on fd whose reads and writes are compat's (stdio.c); the
- * cookie is the fd. m: "r", "w", "a", "r+", "a+". on_close (NULL: close
- * the fd) runs at fclose. NULL + errno (ENOMEM). */
+/* A stdio stream on fd whose reads and writes are compat's (stdio.c). m:
+ * "r", "w", "a", "r+", "a+". on_close (NULL: close the fd) runs at fclose,
+ * given the fd as its cookie. NULL + errno (ENOMEM). */
 IOF_HIDDEN FILE *iof__compat_fd_stream(int fd, const char *m,
                                        cookie_close_function_t *on_close);
 

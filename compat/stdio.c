@@ -5,55 +5,116 @@
  * fdopen of an fd the runtime waits on (a socket, a pipe) therefore makes
  * a cookie stream whose reads and writes are compat's: a fiber waiting in
  * fgets, fread or an fflush suspends, and a plain thread blocks as usual.
- * The cookie is the fd itself (nothing allocated besides glibc's FILE);
- * glibc's FILE keeps the fd number for fileno. Other fds (files,
+ * The cookie holds the fd and the FILE; glibc's FILE keeps the fd number
+ * for fileno. Other fds (files,
  * terminals, an fd with the program's own O_NONBLOCK) get glibc's stream. */
 #include <iofiber/compat_io.h>
 
 #include "compat/fd_table.h"
+#include "compat/thread_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
-#define FD_OF(c) ((int)(intptr_t)(c))
+typedef struct stream {
+  int fd;
+  FILE *fp;
+  cookie_close_function_t *on_close; /* given the fd as its cookie */
+} stream;
+
+static int close_fd(void *c) {
+  return iof_compat_close((int)(intptr_t)c);
+}
+
+#ifdef __GLIBC__
+/* glibc's FILE lock (libio's _IO_lock_t; FILE's _lock points to it). */
+typedef struct libio_lock {
+  int lock, cnt;
+  void *owner;
+} libio_lock;
+
+/* A fiber thread cancelled in a read or write of the stream leaves by a
+ * longjmp past glibc's own cleanup, which would release the stream's
+ * lock (fgets, fread and fflush hold it around the cookie call): release
+ * it here then, if this OS thread holds it (fibers share its descriptor),
+ * or the next thread's fgets on the stream waits forever. */
+static void unlock_held(void *p) {
+  FILE *fp = p;
+  libio_lock *l = (libio_lock *)fp->_lock;
+  if (l && l->cnt > 0 && l->owner == (void *)iof__libc.pthread_self())
+    funlockfile(fp);
+}
+#define GUARD_PUSH(g, s)                                                       \
+  bool pushed = iof__cthread_guard_push(g, unlock_held, (s)->fp)
+#define GUARD_POP(g)                                                           \
+  if (pushed) iof__cthread_guard_pop(g)
+#else
+#define GUARD_PUSH(g, s) (void)(g)
+#define GUARD_POP(g) (void)(g)
+#endif
 
 static ssize_t s_read(void *c, char *buf, size_t n) {
-  return iof_compat_read(FD_OF(c), buf, n);
+  stream *s = c;
+  iof__unwind g;
+  GUARD_PUSH(&g, s);
+  ssize_t r = iof_compat_read(s->fd, buf, n);
+  GUARD_POP(&g);
+  return r;
 }
 
 /* glibc takes a short count for an error: write it all, or up to the
  * error (errno set). */
 static ssize_t s_write(void *c, const char *buf, size_t n) {
+  stream *s = c;
+  iof__unwind g;
+  GUARD_PUSH(&g, s);
   size_t done = 0;
   while (done < n) {
-    ssize_t r = iof_compat_write(FD_OF(c), buf + done, n - done);
+    ssize_t r = iof_compat_write(s->fd, buf + done, n - done);
     if (r <= 0) break;
     done += (size_t)r;
   }
+  GUARD_POP(&g);
   return (ssize_t)done;
 }
 
 /* As glibc's stream does it: the fd's lseek (ESPIPE on sockets, pipes). */
 static int s_seek(void *c, off64_t *off, int whence) {
-  off64_t r = lseek64(FD_OF(c), *off, whence);
+  off64_t r = lseek64(((stream *)c)->fd, *off, whence);
   if (r < 0) return -1;
   *off = r;
   return 0;
 }
 
 static int s_close(void *c) {
-  return iof_compat_close(FD_OF(c));
+  stream *s = c;
+  int r = s->on_close((void *)(intptr_t)s->fd);
+  int e = errno;
+  free(s);
+  errno = e;
+  return r;
 }
 
 FILE *iof__compat_fd_stream(int fd, const char *m,
                             cookie_close_function_t *on_close) {
-  cookie_io_functions_t funcs = {s_read, s_write, s_seek,
-                                 on_close ? on_close : s_close};
-  FILE *f = fopencookie((void *)(intptr_t)fd, m, funcs);
-  if (!f) return NULL;
+  stream *s = malloc(sizeof *s);
+  if (!s) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  s->fd = fd;
+  s->on_close = on_close ? on_close : close_fd;
+  cookie_io_functions_t funcs = {s_read, s_write, s_seek, s_close};
+  FILE *f = fopencookie(s, m, funcs);
+  if (!f) {
+    free(s);
+    return NULL;
+  }
+  s->fp = f;
 #ifdef __GLIBC__
   f->_fileno = fd; /* fileno(); glibc's cookie I/O never uses it */
 #endif
