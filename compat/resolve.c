@@ -310,12 +310,16 @@ static __thread hb_static tls_hb;
 /* The calling thread's tls_hb and h_errno, computed anew at each call: a
  * fiber may resume on another thread after a lookup, and the compiler
  * would reuse a thread-local address (or __h_errno_location's, declared
- * const) computed before the wait. */
-static __attribute__((noinline, noipa)) hb_static *hb_here(void) {
-  return &tls_hb;
+ * const) computed before the wait. The volatile asm keeps the compiler
+ * from finding them const (GCC's and clang's attributes for that differ). */
+static __attribute__((noinline)) hb_static *hb_here(void) {
+  hb_static *p = &tls_hb;
+  __asm__ volatile("" : "+r"(p));
+  return p;
 }
 
-static __attribute__((noinline, noipa)) void set_h_errno(int v) {
+static __attribute__((noinline)) void set_h_errno(int v) {
+  __asm__ volatile("" : : : "memory");
   h_errno = v;
 }
 
