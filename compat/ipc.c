@@ -6,11 +6,11 @@
  * blocks, whatever the queue's O_NONBLOCK), and waits for readiness on
  * ETIMEDOUT. System V objects give no readiness at all: a fiber tries
  * without sleeping (IPC_NOWAIT, or semtimedop with a zero timeout) and
- * pauses between tries (compat/backoff.c), as for file locks. Either way only the fiber waits, and the other fibers of its
- * thread (one of which may be the peer) run. Outside fibers, and for
- * calls that do not block (IPC_NOWAIT, an O_NONBLOCK queue), the plain
- * call. Interruption follows signal(7): the queue calls are restarted
- * after SA_RESTART handlers, the System V ones never. */
+ * pauses between tries (compat/backoff.c), as for file locks. Either way only
+ * the fiber waits, and the other fibers of its thread (one of which may be the
+ * peer) run. Outside fibers, and for calls that do not block (IPC_NOWAIT, an
+ * O_NONBLOCK queue), the plain call. Interruption follows signal(7): the queue
+ * calls are restarted after SA_RESTART handlers, the System V ones never. */
 #include <iofiber/compat_io.h>
 
 #include "compat/backoff.h"
@@ -40,44 +40,38 @@ static int mq_wait(mqd_t q, int events, const struct timespec *abs,
   return r == -ETIMEDOUT ? 0 : r; /* the last try decides */
 }
 
-static ssize_t mq_recv(mqd_t q, char *msg, size_t len, unsigned *prio,
-                       const struct timespec *abs) {
+/* One send or receive, as the caller asked it. */
+typedef struct mq_op {
+  mqd_t q;
+  char *msg;
+  size_t len;
+  unsigned *prio_out; /* receive */
+  unsigned prio;      /* send */
+  bool send;
+} mq_op;
+
+static ssize_t mq_try(const mq_op *o, const struct timespec *abs) {
+  if (o->send)
+    return iof__libc.mq_timedsend(o->q, o->msg, o->len, o->prio, abs);
+  return iof__libc.mq_timedreceive(o->q, o->msg, o->len, o->prio_out, abs);
+}
+
+static ssize_t mq_run(const mq_op *o, const struct timespec *abs) {
   if (!iof__compat_fiber()) {
-    if (abs) return iof__libc.mq_timedreceive(q, msg, len, prio, abs);
-    return iof__libc.mq_receive(q, msg, len, prio);
+    if (abs) return mq_try(o, abs);
+    if (o->send) return iof__libc.mq_send(o->q, o->msg, o->len, o->prio);
+    return iof__libc.mq_receive(o->q, o->msg, o->len, o->prio_out);
   }
   int saved = errno;
   int64_t deadline = 0;
   for (;;) {
-    ssize_t n = iof__libc.mq_timedreceive(q, msg, len, prio, &passed);
+    ssize_t n = mq_try(o, &passed);
     if (n >= 0) {
       errno = saved;
       return n;
     }
     if (errno != ETIMEDOUT) return -1; /* EAGAIN: an O_NONBLOCK queue */
-    int r = mq_wait(q, EV_READ, abs, &deadline);
-    if (r < 0) {
-      errno = -r;
-      return -1;
-    }
-  }
-}
-
-static int mq_put(mqd_t q, const char *msg, size_t len, unsigned prio,
-                  const struct timespec *abs) {
-  if (!iof__compat_fiber()) {
-    if (abs) return iof__libc.mq_timedsend(q, msg, len, prio, abs);
-    return iof__libc.mq_send(q, msg, len, prio);
-  }
-  int saved = errno;
-  int64_t deadline = 0;
-  for (;;) {
-    if (iof__libc.mq_timedsend(q, msg, len, prio, &passed) == 0) {
-      errno = saved;
-      return 0;
-    }
-    if (errno != ETIMEDOUT) return -1;
-    int r = mq_wait(q, EV_WRITE, abs, &deadline);
+    int r = mq_wait(o->q, o->send ? EV_WRITE : EV_READ, abs, &deadline);
     if (r < 0) {
       errno = -r;
       return -1;
@@ -86,21 +80,25 @@ static int mq_put(mqd_t q, const char *msg, size_t len, unsigned prio,
 }
 
 ssize_t iof_compat_mq_receive(mqd_t q, char *msg, size_t len, unsigned *prio) {
-  return mq_recv(q, msg, len, prio, NULL);
+  mq_op o = {q, msg, len, prio, 0, false};
+  return mq_run(&o, NULL);
 }
 
 ssize_t iof_compat_mq_timedreceive(mqd_t q, char *msg, size_t len,
                                    unsigned *prio, const struct timespec *abs) {
-  return mq_recv(q, msg, len, prio, abs); /* NULL: no timeout, as glibc */
+  mq_op o = {q, msg, len, prio, 0, false};
+  return mq_run(&o, abs); /* NULL: no timeout, as glibc */
 }
 
 int iof_compat_mq_send(mqd_t q, const char *msg, size_t len, unsigned prio) {
-  return mq_put(q, msg, len, prio, NULL);
+  mq_op o = {q, (char *)msg, len, NULL, prio, true};
+  return (int)mq_run(&o, NULL);
 }
 
 int iof_compat_mq_timedsend(mqd_t q, const char *msg, size_t len, unsigned prio,
                             const struct timespec *abs) {
-  return mq_put(q, msg, len, prio, abs);
+  mq_op o = {q, (char *)msg, len, NULL, prio, true};
+  return (int)mq_run(&o, abs);
 }
 
 /* ---- System V semaphores and message queues ---------------------------- */

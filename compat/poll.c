@@ -397,26 +397,28 @@ int iof_compat_epoll_wait(int epfd, struct epoll_event *events, int max,
   return epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), NULL);
 }
 
+/* epoll_pwait(2) in a fiber: the fiber thread wears mask for the wait. */
+static int epoll_masked(int epfd, struct epoll_event *events, int max,
+                        int64_t deadline, const sigset_t *mask) {
+  iof__sigmask_hold h;
+  iof__sigmask_hold_begin(&h, mask);
+  int r = epoll_fiber(epfd, events, max, deadline, mask);
+  iof__sigmask_hold_release(&h);
+  return r;
+}
+
 int iof_compat_epoll_pwait2(int epfd, struct epoll_event *events, int max,
                             const struct timespec *timeout,
                             const sigset_t *mask) {
   if (!iof__compat_fiber() || (timeout && iof__ts_check(timeout) < 0) ||
       (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.epoll_pwait2(epfd, events, max, timeout, mask);
-  iof__sigmask_hold h;
-  iof__sigmask_hold_begin(&h, mask);
-  int r = epoll_fiber(epfd, events, max, deadline_ts(timeout), mask);
-  iof__sigmask_hold_release(&h);
-  return r;
+  return epoll_masked(epfd, events, max, deadline_ts(timeout), mask);
 }
 
 int iof_compat_epoll_pwait(int epfd, struct epoll_event *events, int max,
                            int timeout_ms, const sigset_t *mask) {
   if (timeout_ms == 0 || !iof__compat_fiber())
     return iof__libc.epoll_pwait(epfd, events, max, timeout_ms, mask);
-  iof__sigmask_hold h;
-  iof__sigmask_hold_begin(&h, mask);
-  int r = epoll_fiber(epfd, events, max, deadline_ms(timeout_ms), mask);
-  iof__sigmask_hold_release(&h);
-  return r;
+  return epoll_masked(epfd, events, max, deadline_ms(timeout_ms), mask);
 }

@@ -142,6 +142,7 @@ static void hb_run(void *arg) {
   j->err = errno;
 }
 
+/* Frees a job with nothing of its own to release (hostent, nameinfo). */
 static void hb_release(void *arg) {
   free(arg);
 }
@@ -412,10 +413,6 @@ static void ni_run(void *arg) {
   j->err = errno;
 }
 
-static void ni_release(void *arg) {
-  free(arg);
-}
-
 int iof_compat_getnameinfo(const struct sockaddr *sa, socklen_t salen,
                            char *host, socklen_t hostlen, char *serv,
                            socklen_t servlen, int flags) {
@@ -445,7 +442,7 @@ int iof_compat_getnameinfo(const struct sockaddr *sa, socklen_t salen,
     j->servlen = servlen;
   }
   int saved = errno;
-  int r = iof__resolver_run(iof__compat_io(f), ni_run, j, ni_release);
+  int r = iof__resolver_run(iof__compat_io(f), ni_run, j, hb_release);
   if (r < 0) return gai_fail(r); /* j is the resolver's to free */
   int rc = j->rc;
   if (rc == 0) {
