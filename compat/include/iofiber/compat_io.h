@@ -182,6 +182,10 @@ IOF_API int iof_compat_sched_yield(void);
  * outside fibers are the plain ones. */
 struct rusage;
 IOF_API pid_t iof_compat_waitpid(pid_t pid, int *status, int options);
+IOF_API pid_t iof_compat_wait(int *status);
+IOF_API pid_t iof_compat_wait3(int *status, int options, struct rusage *ru);
+IOF_API pid_t iof_compat_wait4(pid_t pid, int *status, int options,
+                               struct rusage *ru);
 /* As system(3): in a fiber, /bin/sh -c cmd is started with posix_spawn and
  * the fiber waits for it; SIGINT and SIGQUIT are ignored while it runs
  * (the child gets their defaults), as glibc does. */
@@ -218,10 +222,6 @@ IOF_API void iof_compat_fork_child(void);
  * other number is the plain system call (blocking the thread if it
  * blocks). Six arguments are read, as glibc's syscall passes. */
 IOF_API long iof_compat_syscall(long number, ...);
-IOF_API pid_t iof_compat_wait(int *status);
-IOF_API pid_t iof_compat_wait3(int *status, int options, struct rusage *ru);
-IOF_API pid_t iof_compat_wait4(pid_t pid, int *status, int options,
-                               struct rusage *ru);
 #if !defined(__GLIBC__) || defined(__USE_XOPEN_EXTENDED) ||                    \
     defined(__USE_XOPEN2K8) /* idtype_t, siginfo_t */
 IOF_API int iof_compat_waitid(idtype_t type, id_t id, siginfo_t *info,
