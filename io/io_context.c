@@ -118,7 +118,7 @@ static long run_batch(iof_io_context *io, long max) {
   io->handed = 0;
   long n = 0;
   while (io->batch.head && (max < 0 || n < max)) {
-    iof__fiber_run(th, iof__q_pop(&io->batch));
+    iof__fiber_run(th, iof__io_batch_pop(io));
     n++;
   }
   n += io->handed;

@@ -143,6 +143,31 @@ static inline bool iof__io_at_home(const iof_thread_state *th,
          iof__io_launched_at_home(th, self, io);
 }
 
+/* Stack lines fetched ahead for the fiber a batch resumes next: the
+ * saved registers and the frames of a socket wait above them. */
+#define IOF__BATCH_PREFETCH_LINES 8
+
+/* Pops the fiber io's batch resumes now. With a thousand connections a
+ * fiber's control block and stack have left the caches by its turn, and
+ * each resume waited on them: the next fiber's stack and the block of the
+ * one after are fetched now, while this one runs. That block was fetched
+ * one pop earlier, so reading its ctx does not wait. */
+static inline iof_fiber *iof__io_batch_pop(iof_io_context *io) {
+  iof_fiber *f = iof__q_pop(&io->batch);
+  iof_fiber *n = io->batch.head;
+  if (n) {
+    const char *sp = (const char *)n->ctx;
+    for (int i = 0; i < IOF__BATCH_PREFETCH_LINES; i++)
+      __builtin_prefetch(sp + 64 * i, 1);
+    iof_fiber *nn = n->next;
+    if (nn) {
+      __builtin_prefetch(nn, 1);
+      __builtin_prefetch((const char *)nn + 64, 1);
+    }
+  }
+  return f;
+}
+
 /* Suspends self (at home on io, th's current fiber), already armed or
  * queued so that io's thread resumes it: hands the thread to the next
  * fiber of the loop's batch, or back to the loop. label (an awaitable
@@ -157,7 +182,7 @@ static inline void iof__io_park(iof_thread_state *th, iof_fiber *self,
   /* th is stale once back: not used again. */
   iof_fiber *next = io->batch.head;
   if (next && io->batch_runner == self->resumer) {
-    iof__q_pop(&io->batch); /* the loop would resume it next: do it here */
+    iof__io_batch_pop(io); /* the loop would resume it next: do it here */
     io->handed++;
     iof__fiber_handoff(th, self, next);
   } else {
