@@ -83,16 +83,19 @@ IOF_HIDDEN void iof__io_work_finished(iof_io_context *io);
  * worker); a stop request, the timeout and io's shutdown claim it the same
  * way. The claimer posts the fiber to io, where it disarms (disarm) and
  * then goes back to its own executor. */
+/* What a socket's home wait and its wake touch comes first, the record's
+ * claim fields right after: two cache lines instead of four, which counts
+ * when a thousand parked fibers' records are cold. */
 struct iof_io_op {
-  iof__wait w;
   iof__wnode node; /* in the waited object's queue, if it keeps one */
   iof_io_context *io;
+  void *obj; /* what the wait is on (socket, timer...) */
+  int dir;   /* EV_READ or EV_WRITE, for socket waits */
+  bool armed;
+  iof__wait w;
   int (*arm)(iof_io_op *op);     /* register with io's loop; < 0: refuse
                                     (the wait returns that at once) */
   void (*disarm)(iof_io_op *op); /* undo arm (only if it succeeded) */
-  void *obj;                     /* what the wait is on (socket, timer...) */
-  int dir;                       /* EV_READ or EV_WRITE, for socket waits */
-  bool armed;
 };
 
 /* Prepares op for a wait on io with arm/disarm (the record itself is set
