@@ -181,6 +181,61 @@ int iof__rel_to_mono(const struct timespec *rel, int64_t *out) {
   return 0;
 }
 
+/* ---- libc's process-shared objects ------------------------------------ */
+
+/* compat's objects queue their waiters on this process's stacks, so a
+ * mutex, condition variable or read-write lock made process-shared (and a
+ * robust mutex, which the kernel releases when its owner dies) is made by
+ * libc, in libc's layout, which other processes use as well. The calls
+ * tell such an object by the marks libc leaves in it, in words compat's
+ * layouts never write (glibc's mutex kind bits, condition variable and
+ * read-write lock "shared" fields). A fiber does not wait for one in the
+ * kernel (the holder may be a fiber of its own thread): it tries it
+ * between naps, as for libc's semaphores. */
+#ifdef __GLIBC__
+#define LIBC_OBJECTS 1
+#define LIBC_MUTEX_ROBUST 16   /* glibc's PTHREAD_MUTEX_ROBUST_NORMAL_NP */
+#define LIBC_MUTEX_PSHARED 128 /* glibc's PTHREAD_MUTEX_PSHARED_BIT */
+#define LIBC_COND_SHARED 1u    /* glibc's __wrefs bit: process-shared */
+#define LIBC_COND_MONOTONIC 2u /* glibc's __wrefs bit: CLOCK_MONOTONIC */
+#else
+#define LIBC_OBJECTS 0
+#endif
+
+enum {
+  NAP_MIN_NS = 50000,    /* first pause between two tries of a lock */
+  NAP_MAX_NS = 5000000,  /* longest pause between two tries of a lock */
+  COND_NAP_NS = 1000000, /* a condition variable wait's one pause */
+};
+
+static bool nap_begin(void *op, iof__wait *w) {
+  (void)op;
+  return iof__wait_publish(w);
+}
+
+/* A pause until `until` (CLOCK_MONOTONIC) that only the clock ends: no
+ * cancellation point, no EINTR (mutex locks have neither). A fiber's lets
+ * the other fibers of its thread run. */
+static void nap(int64_t until) {
+  iof__cwait cw;
+  (void)iof__cwait_block(NULL, nap_begin, &cw, until);
+}
+
+/* Tries a libc lock until it stops saying EBUSY, between naps growing
+ * from NAP_MIN_NS to NAP_MAX_NS, by deadline (INT64_MAX: none). */
+static int nap_until_taken(int (*try)(void *), void *obj, int64_t deadline) {
+  for (int64_t pause = NAP_MIN_NS;;) {
+    int r = try(obj);
+    if (r != EBUSY) return r;
+    int64_t now = iof__now_ns();
+    if (now >= deadline) return ETIMEDOUT;
+    int64_t until = iof__sat_add(now, pause);
+    nap(until < deadline ? until : deadline);
+    if (pause < NAP_MAX_NS)
+      pause = pause * 2 < NAP_MAX_NS ? pause * 2 : NAP_MAX_NS;
+  }
+}
+
 /* ---- mutex ------------------------------------------------------------ */
 
 typedef struct cmutex {
@@ -202,6 +257,38 @@ _Static_assert(offsetof(cmutex, kind) ==
 
 #define CM(p) ((cmutex *)(void *)(p))
 
+static inline bool libc_mutex(const pthread_mutex_t *pm) {
+#if LIBC_OBJECTS
+  return (CM(pm)->kind & (LIBC_MUTEX_ROBUST | LIBC_MUTEX_PSHARED)) != 0;
+#else
+  (void)pm;
+  return false;
+#endif
+}
+
+static int libc_mutex_try(void *pm) {
+  return iof__libc.pthread_mutex_trylock(pm);
+}
+
+/* Locks a libc mutex: libc's call in a plain thread (a timed one with
+ * another clock than CLOCK_REALTIME tries between naps), tries between
+ * naps in a fiber. EOWNERDEAD and ENOTRECOVERABLE (robust) as libc says. */
+static int libc_mutex_lock(pthread_mutex_t *pm, clockid_t clock,
+                           const struct timespec *abs, bool timed) {
+  bool fiber = iof__cthr_fiber() != NULL;
+  if (!fiber && !timed) return iof__libc.pthread_mutex_lock(pm);
+  if (!fiber && clock == CLOCK_REALTIME)
+    return iof__libc.pthread_mutex_timedlock(pm, abs);
+  int r = libc_mutex_try(pm);
+  if (r != EBUSY) return r;
+  int64_t deadline = INT64_MAX;
+  if (timed) {
+    int e = iof__abs_to_mono(clock, abs, &deadline);
+    if (e < 0) return -e;
+  }
+  return nap_until_taken(libc_mutex_try, pm, deadline);
+}
+
 enum { K_NORMAL = 0, K_RECURSIVE = 1, K_ERRORCHECK = 2 };
 
 static int mkind(const cmutex *m) {
@@ -215,13 +302,16 @@ int iof_compat_pthread_mutex_init(pthread_mutex_t *pm,
   int type = PTHREAD_MUTEX_DEFAULT;
   if (attr) {
     int v;
+    bool libc = false;
     if (pthread_mutexattr_gettype(attr, &type) != 0) return EINVAL;
     if (pthread_mutexattr_getpshared(attr, &v) == 0 &&
         v != PTHREAD_PROCESS_PRIVATE)
-      return EINVAL;
+      libc = true;
     if (pthread_mutexattr_getrobust(attr, &v) == 0 &&
         v != PTHREAD_MUTEX_STALLED)
-      return EINVAL;
+      libc = true;
+    if (libc)
+      return LIBC_OBJECTS ? iof__libc.pthread_mutex_init(pm, attr) : EINVAL;
   }
   memset(pm, 0, sizeof *pm);
   cmutex *m = CM(pm);
@@ -233,6 +323,7 @@ int iof_compat_pthread_mutex_init(pthread_mutex_t *pm,
 
 int iof_compat_pthread_mutex_destroy(pthread_mutex_t *pm) {
   if (!pm) return EINVAL;
+  if (libc_mutex(pm)) return iof__libc.pthread_mutex_destroy(pm);
   cmutex *m = CM(pm);
   iof__lk_lock(&m->lk);
   bool busy = atomic_load(&m->state) != 0 || m->q.head;
@@ -325,6 +416,7 @@ static void mutex_release(cmutex *m) {
 static int mutex_lock(pthread_mutex_t *pm, clockid_t clock,
                       const struct timespec *abs, bool timed) {
   if (!pm) return EINVAL;
+  if (libc_mutex(pm)) return libc_mutex_lock(pm, clock, abs, timed);
   cmutex *m = CM(pm);
   void *self = iof__cthr_self();
   if (atomic_load_explicit(&m->owner, memory_order_relaxed) == self) {
@@ -358,6 +450,7 @@ int iof_compat_pthread_mutex_clocklock(pthread_mutex_t *pm, clockid_t clock,
 
 int iof_compat_pthread_mutex_trylock(pthread_mutex_t *pm) {
   if (!pm) return EINVAL;
+  if (libc_mutex(pm)) return iof__libc.pthread_mutex_trylock(pm);
   cmutex *m = CM(pm);
   void *self = iof__cthr_self();
   if (atomic_load_explicit(&m->owner, memory_order_relaxed) == self &&
@@ -371,6 +464,7 @@ int iof_compat_pthread_mutex_trylock(pthread_mutex_t *pm) {
 
 int iof_compat_pthread_mutex_unlock(pthread_mutex_t *pm) {
   if (!pm) return EINVAL;
+  if (libc_mutex(pm)) return iof__libc.pthread_mutex_unlock(pm);
   cmutex *m = CM(pm);
   if (atomic_load_explicit(&m->state, memory_order_relaxed) == 0) return EPERM;
   int kind = mkind(m);
@@ -400,6 +494,65 @@ _Static_assert(_Alignof(ccond) <= _Alignof(pthread_cond_t), "cond align");
 
 #define CC(p) ((ccond *)(void *)(p))
 
+#if LIBC_OBJECTS
+_Static_assert(sizeof(ccond) <= offsetof(pthread_cond_t, __data.__wrefs),
+               "ccond leaves glibc's __wrefs alone");
+#endif
+
+static inline bool libc_cond(const pthread_cond_t *pc) {
+#if LIBC_OBJECTS
+  return (pc->__data.__wrefs & LIBC_COND_SHARED) != 0;
+#else
+  (void)pc;
+  return false;
+#endif
+}
+
+/* The clock of a timed wait on pc (pthread_condattr_setclock). */
+static clockid_t cond_clock(const pthread_cond_t *pc) {
+#if LIBC_OBJECTS
+  if (libc_cond(pc))
+    return pc->__data.__wrefs & LIBC_COND_MONOTONIC ? CLOCK_MONOTONIC
+                                                    : CLOCK_REALTIME;
+#endif
+  return (clockid_t)CC(pc)->clock;
+}
+
+/* A wait on a libc condition variable (or with a libc mutex): libc's call
+ * in a plain thread when both are libc's and the clock is the variable's;
+ * otherwise the mutex is released for one nap and taken again, a spurious
+ * wake-up (POSIX lets a wait return without a signal; callers wait in a
+ * loop on their predicate): a signal from another process, or a fiber of
+ * this thread, is seen at the latest one nap later. A cancellation point
+ * at entry and on return, with the mutex held. */
+static int libc_cond_wait(pthread_cond_t *pc, pthread_mutex_t *pm,
+                          clockid_t clock, const struct timespec *abs,
+                          bool timed) {
+  if (!iof__cthr_fiber() && libc_cond(pc) && libc_mutex(pm)) {
+    if (!timed) return iof__libc.pthread_cond_wait(pc, pm);
+    if (clock == cond_clock(pc))
+      return iof__libc.pthread_cond_timedwait(pc, pm, abs);
+  }
+  int64_t deadline = INT64_MAX;
+  if (timed) {
+    int e = iof__abs_to_mono(clock, abs, &deadline);
+    if (e < 0) return -e;
+  }
+  iof__cthread_testcancel();
+  int r = iof_compat_pthread_mutex_unlock(pm);
+  if (r != 0) return r;
+  int64_t now = iof__now_ns();
+  if (now < deadline) {
+    int64_t until = iof__sat_add(now, COND_NAP_NS);
+    nap(until < deadline ? until : deadline);
+  }
+  r = iof_compat_pthread_mutex_lock(pm);
+  if (r != 0 && r != EOWNERDEAD) return r;
+  iof__cthread_testcancel();
+  if (r == 0 && timed && iof__now_ns() >= deadline) return ETIMEDOUT;
+  return r;
+}
+
 int iof_compat_pthread_cond_init(pthread_cond_t *pc,
                                  const pthread_condattr_t *attr) {
   if (!pc) return EINVAL;
@@ -409,7 +562,7 @@ int iof_compat_pthread_cond_init(pthread_cond_t *pc,
     if (pthread_condattr_getclock(attr, &clock) != 0) return EINVAL;
     if (pthread_condattr_getpshared(attr, &v) == 0 &&
         v != PTHREAD_PROCESS_PRIVATE)
-      return EINVAL;
+      return LIBC_OBJECTS ? iof__libc.pthread_cond_init(pc, attr) : EINVAL;
   }
   memset(pc, 0, sizeof *pc);
   CC(pc)->clock = (int)clock;
@@ -418,6 +571,7 @@ int iof_compat_pthread_cond_init(pthread_cond_t *pc,
 
 int iof_compat_pthread_cond_destroy(pthread_cond_t *pc) {
   if (!pc) return EINVAL;
+  if (libc_cond(pc)) return iof__libc.pthread_cond_destroy(pc);
   ccond *c = CC(pc);
   iof__lk_lock(&c->lk);
   bool busy = iof__wq_has_waiter(&c->q);
@@ -454,6 +608,8 @@ static bool cwait_begin(void *p, iof__wait *w) {
 static int cond_wait(pthread_cond_t *pc, pthread_mutex_t *pm, clockid_t clock,
                      const struct timespec *abs, bool timed) {
   if (!pc || !pm) return EINVAL;
+  if (libc_cond(pc) || libc_mutex(pm))
+    return libc_cond_wait(pc, pm, clock, abs, timed);
   ccond *c = CC(pc);
   cmutex *m = CM(pm);
   void *self = iof__cthr_self();
@@ -489,8 +645,7 @@ int iof_compat_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) {
 
 int iof_compat_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
                                       const struct timespec *abstime) {
-  return cond_wait(c, m, c ? (clockid_t)CC(c)->clock : CLOCK_REALTIME, abstime,
-                   true);
+  return cond_wait(c, m, c ? cond_clock(c) : CLOCK_REALTIME, abstime, true);
 }
 
 int iof_compat_pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m,
@@ -501,6 +656,7 @@ int iof_compat_pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m,
 
 int iof_compat_pthread_cond_signal(pthread_cond_t *pc) {
   if (!pc) return EINVAL;
+  if (libc_cond(pc)) return iof__libc.pthread_cond_signal(pc);
   ccond *c = CC(pc);
   iof__lk_lock(&c->lk);
   iof__wnode *n = iof__wq_claim_first(&c->q, 0);
@@ -511,6 +667,7 @@ int iof_compat_pthread_cond_signal(pthread_cond_t *pc) {
 
 int iof_compat_pthread_cond_broadcast(pthread_cond_t *pc) {
   if (!pc) return EINVAL;
+  if (libc_cond(pc)) return iof__libc.pthread_cond_broadcast(pc);
   ccond *c = CC(pc);
   iof__wnode *list = NULL, **tail = &list;
   iof__lk_lock(&c->lk);
@@ -530,16 +687,57 @@ int iof_compat_pthread_cond_broadcast(pthread_cond_t *pc) {
 /* ---- read-write lock -------------------------------------------------- */
 
 typedef struct crwlock {
-  atomic_int lk;
-  unsigned readers;
   void *writer;
   iof__waitq q; /* node->index: 1 writer, 0 reader */
+  atomic_int lk;
+  unsigned libc_shared; /* glibc's __shared: 0 in ours, never written */
+  unsigned readers;
 } crwlock;
 
 _Static_assert(sizeof(crwlock) <= sizeof(pthread_rwlock_t), "rwlock overlay");
 _Static_assert(_Alignof(crwlock) <= _Alignof(pthread_rwlock_t), "rw align");
+#if LIBC_OBJECTS
+_Static_assert(offsetof(crwlock, libc_shared) ==
+                   offsetof(pthread_rwlock_t, __data.__shared),
+               "glibc's shared field");
+#endif
 
 #define CRW(p) ((crwlock *)(void *)(p))
+
+static inline bool libc_rwlock(pthread_rwlock_t *prw) {
+  return LIBC_OBJECTS && CRW(prw)->libc_shared != 0;
+}
+
+static int libc_rw_tryrd(void *prw) {
+  return iof__libc.pthread_rwlock_tryrdlock(prw);
+}
+
+static int libc_rw_trywr(void *prw) {
+  return iof__libc.pthread_rwlock_trywrlock(prw);
+}
+
+/* Locks a libc read-write lock, as libc_mutex_lock does a mutex. */
+static int libc_rw_lock(pthread_rwlock_t *prw, bool write, bool try,
+                        clockid_t clock, const struct timespec *abs,
+                        bool timed) {
+  int (*try_fn)(void *) = write ? libc_rw_trywr : libc_rw_tryrd;
+  if (try) return try_fn(prw);
+  bool fiber = iof__cthr_fiber() != NULL;
+  if (!fiber && !timed)
+    return write ? iof__libc.pthread_rwlock_wrlock(prw)
+                 : iof__libc.pthread_rwlock_rdlock(prw);
+  if (!fiber && clock == CLOCK_REALTIME)
+    return write ? iof__libc.pthread_rwlock_timedwrlock(prw, abs)
+                 : iof__libc.pthread_rwlock_timedrdlock(prw, abs);
+  int r = try_fn(prw);
+  if (r != EBUSY) return r;
+  int64_t deadline = INT64_MAX;
+  if (timed) {
+    int e = iof__abs_to_mono(clock, abs, &deadline);
+    if (e < 0) return -e;
+  }
+  return nap_until_taken(try_fn, prw, deadline);
+}
 
 int iof_compat_pthread_rwlock_init(pthread_rwlock_t *rw,
                                    const pthread_rwlockattr_t *attr) {
@@ -548,7 +746,7 @@ int iof_compat_pthread_rwlock_init(pthread_rwlock_t *rw,
     int v;
     if (pthread_rwlockattr_getpshared(attr, &v) == 0 &&
         v != PTHREAD_PROCESS_PRIVATE)
-      return EINVAL;
+      return LIBC_OBJECTS ? iof__libc.pthread_rwlock_init(rw, attr) : EINVAL;
   }
   memset(rw, 0, sizeof *rw);
   return 0;
@@ -556,6 +754,7 @@ int iof_compat_pthread_rwlock_init(pthread_rwlock_t *rw,
 
 int iof_compat_pthread_rwlock_destroy(pthread_rwlock_t *prw) {
   if (!prw) return EINVAL;
+  if (libc_rwlock(prw)) return iof__libc.pthread_rwlock_destroy(prw);
   crwlock *rw = CRW(prw);
   iof__lk_lock(&rw->lk);
   bool busy = rw->readers || rw->writer || iof__wq_has_waiter(&rw->q);
@@ -601,6 +800,7 @@ static bool rw_begin(void *p, iof__wait *w) {
 static int rw_lock(pthread_rwlock_t *prw, bool write, bool try, clockid_t clock,
                    const struct timespec *abs, bool timed) {
   if (!prw) return EINVAL;
+  if (libc_rwlock(prw)) return libc_rw_lock(prw, write, try, clock, abs, timed);
   crwlock *rw = CRW(prw);
   void *self = iof__cthr_self();
   iof__lk_lock(&rw->lk);
@@ -692,6 +892,7 @@ static iof__wnode *rw_grant(crwlock *rw) {
 
 int iof_compat_pthread_rwlock_unlock(pthread_rwlock_t *prw) {
   if (!prw) return EINVAL;
+  if (libc_rwlock(prw)) return iof__libc.pthread_rwlock_unlock(prw);
   crwlock *rw = CRW(prw);
   void *self = iof__cthr_self();
   iof__lk_lock(&rw->lk);

@@ -26,6 +26,7 @@ PACKAGES=(
   unbound
   python3
   libcurl4-openssl-dev
+  lmdb-utils
 )
 if [[ "${1:-}" == "--bench" ]]; then
   PACKAGES+=(libuv1-dev libst-dev wrk gnuplot-nox)

@@ -166,8 +166,14 @@ static int mutex_errors_main(void *arg) {
   CHECK(iof_compat_pthread_mutex_lock(&m) == 0);
   CHECK(iof_compat_pthread_mutex_lock(&m) == EDEADLK);
   CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  /* process-shared: glibc's own mutex, which errorcheck keeps */
   pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-  CHECK(iof_compat_pthread_mutex_init(&m, &a) == EINVAL);
+  CHECK(iof_compat_pthread_mutex_init(&m, &a) == 0);
+  CHECK(iof_compat_pthread_mutex_lock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_trylock(&m) == EBUSY);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == EPERM);
+  CHECK(iof_compat_pthread_mutex_destroy(&m) == 0);
   pthread_mutexattr_destroy(&a);
   /* normal: a relock reports EDEADLK rather than hanging */
   CHECK(iof_compat_pthread_mutex_init(&m, NULL) == 0);

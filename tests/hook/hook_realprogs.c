@@ -9,7 +9,9 @@
  *   another library's constructor) against a redis-server started here;
  * - nc (netcat-openbsd) as a server and as a client;
  * - unbound with two threads (each blocks the signals the main one
- *   handles) answers a query from its local zone, then exits on SIGTERM.
+ *   handles) answers a query from its local zone, then exits on SIGTERM;
+ * - LMDB's mdb_load and mdb_dump (robust process-shared mutexes in the
+ *   environment's lock file) write and read back an environment.
  * A program that is not installed is skipped (scripts/install-deps.sh
  * installs them all). */
 #include <arpa/inet.h>
@@ -41,6 +43,8 @@
 #define NC "/usr/bin/nc"
 #define REDIS_BENCH "/usr/bin/redis-benchmark"
 #define UNBOUND "/usr/sbin/unbound"
+#define MDB_LOAD "/usr/bin/mdb_load"
+#define MDB_DUMP "/usr/bin/mdb_dump"
 
 static int free_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -509,6 +513,42 @@ static void test_unbound(void **state) {
 
 IOF_TEST_WATCHDOG(setup, teardown, 40)
 
+/* ---- LMDB ------------------------------------------------------------- */
+
+static void test_lmdb(void **state) {
+  (void)state;
+  if (access(MDB_LOAD, X_OK) != 0 || access(MDB_DUMP, X_OK) != 0) skip();
+  static const char dump[] = "VERSION=3\nformat=print\ntype=btree\n"
+                             "mapsize=1048576\nmaxreaders=126\n"
+                             "db_pagesize=4096\nHEADER=END\n"
+                             " a\n 1\n b\n 2\nDATA=END\n";
+  char in[128], env[128], out[128], err[128], buf[4096];
+  tmp_path(in, sizeof in, "lmdb.in");
+  tmp_path(env, sizeof env, "lmdb");
+  tmp_path(out, sizeof out, "lmdb.out");
+  tmp_path(err, sizeof err, "lmdb.err");
+  assert_int_equal(mkdir(env, 0700), 0);
+  FILE *f = fopen(in, "w");
+  assert_non_null(f);
+  fputs("VERSION=3\nformat=print\ntype=btree\nHEADER=END\n"
+        " a\n 1\n b\n 2\nDATA=END\n",
+        f);
+  assert_int_equal(fclose(f), 0);
+  pid_t pid =
+      spawn((const char *const[]){IOF_RUN_PATH, MDB_LOAD, "-f", in, env, NULL},
+            -1, out, err);
+  int st = wait_exit(pid, 15);
+  slurp(err, buf, sizeof buf);
+  if (st != 0) fail_msg("mdb_load exit %d: %s", st, buf);
+  pid = spawn((const char *const[]){IOF_RUN_PATH, MDB_DUMP, "-p", env, NULL},
+              -1, out, err);
+  st = wait_exit(pid, 15);
+  slurp(err, buf, sizeof buf);
+  if (st != 0) fail_msg("mdb_dump exit %d: %s", st, buf);
+  slurp(out, buf, sizeof buf);
+  assert_string_equal(buf, dump);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   if (!mkdtemp(tmpdir)) return 1;
@@ -521,16 +561,22 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_redis_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nc, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unbound, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lmdb, setup, teardown),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
-  const char *names[] = {"f.txt",     "http.err", "py.out",     "py.err",
-                         "redis.out", "nc.out",   "mp.out",     "mp.err",
-                         "node.out",  "node.err", "unbound.err"};
+  const char *names[] = {
+      "f.txt",     "http.err", "py.out",        "py.err",
+      "redis.out", "nc.out",   "mp.out",        "mp.err",
+      "node.out",  "node.err", "unbound.err",   "lmdb.in",
+      "lmdb.out",  "lmdb.err", "lmdb/data.mdb", "lmdb/lock.mdb"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char p[128];
     tmp_path(p, sizeof p, names[i]);
     unlink(p);
   }
+  char lmdb_dir[128];
+  tmp_path(lmdb_dir, sizeof lmdb_dir, "lmdb");
+  rmdir(lmdb_dir);
   rmdir(tmpdir);
   return r;
 }

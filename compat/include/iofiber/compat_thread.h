@@ -168,9 +168,12 @@ IOF_API int iof_compat_pthread_once(pthread_once_t *once, void (*init)(void));
 /* ---- mutexes ---------------------------------------------------------- */
 
 /* Normal, recursive and errorcheck types (from the attr or glibc's static
- * initializers); robust, priority and process-shared attributes are not
- * supported (EINVAL for robust and pshared). Relocking a normal mutex
- * returns EDEADLK instead of hanging. FIFO hand-off to waiters. */
+ * initializers); the priority attributes are ignored. Relocking a normal
+ * mutex returns EDEADLK instead of hanging. FIFO hand-off to waiters.
+ * Robust and process-shared mutexes (and process-shared condition
+ * variables and read-write locks) are glibc's own, which every call on
+ * them uses; a fiber waits for one by trying it between short sleeps
+ * (glibc only: EINVAL elsewhere). */
 IOF_API int iof_compat_pthread_mutex_init(pthread_mutex_t *m,
                                           const pthread_mutexattr_t *attr);
 /* 0; EBUSY while locked or waited for. */
