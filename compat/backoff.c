@@ -8,6 +8,7 @@
 #include "compat/backoff.h"
 
 #include "compat/signal_internal.h"
+#include "compat/thread_internal.h"
 #include "sched/sched_internal.h"
 
 #include <errno.h>
@@ -18,7 +19,27 @@ void iof__backoff_init(iof__backoff *b, iof_fiber *f, int64_t min_ns,
   b->pause_ns = min_ns;
   b->max_ns = max_ns;
   b->restartable = restartable;
+  b->quiet = false;
   b->snap = iof__compat_intr_snap(f, restartable);
+}
+
+void iof__backoff_init_quiet(iof__backoff *b, int64_t min_ns, int64_t max_ns) {
+  b->f = NULL;
+  b->pause_ns = min_ns;
+  b->max_ns = max_ns;
+  b->restartable = false;
+  b->quiet = true;
+  b->snap = 0;
+}
+
+static bool nap_begin(void *op, iof__wait *w) {
+  (void)op;
+  return iof__wait_publish(w);
+}
+
+void iof__nap_until(int64_t until) {
+  iof__cwait cw;
+  (void)iof__cwait_block(NULL, nap_begin, &cw, until);
 }
 
 int iof__backoff_pause(iof__backoff *b, int64_t deadline_ns) {
@@ -26,8 +47,13 @@ int iof__backoff_pause(iof__backoff *b, int64_t deadline_ns) {
   if (deadline_ns <= now) return -ETIMEDOUT;
   int64_t until = iof__sat_add(now, b->pause_ns);
   if (until > deadline_ns) until = deadline_ns;
+  if (b->pause_ns < b->max_ns)
+    b->pause_ns = b->pause_ns * 2 < b->max_ns ? b->pause_ns * 2 : b->max_ns;
+  if (b->quiet) {
+    iof__nap_until(until);
+    return 0;
+  }
   int r = iof__compat_intr_sleep(b->f, until, b->restartable);
-  if (b->pause_ns < b->max_ns) b->pause_ns *= 2;
   if (r != -ETIMEDOUT) return r;
   return iof__compat_intr_since(b->f, b->snap, b->restartable) ? -EINTR : 0;
 }

@@ -15,10 +15,21 @@ typedef struct iof__backoff {
   int64_t pause_ns, max_ns;
   unsigned snap; /* main's handler count at the call's start */
   bool restartable;
+  bool quiet; /* iof__backoff_init_quiet */
 } iof__backoff;
 
 IOF_HIDDEN void iof__backoff_init(iof__backoff *b, iof_fiber *f, int64_t min_ns,
                                   int64_t max_ns, bool restartable);
+
+/* The same for a call that neither a handler nor a cancellation ends
+ * (a mutex lock): its pauses are iof__nap_until's. */
+IOF_HIDDEN void iof__backoff_init_quiet(iof__backoff *b, int64_t min_ns,
+                                        int64_t max_ns);
+
+/* A pause until `until` (CLOCK_MONOTONIC) that only the clock ends: no
+ * cancellation point, no EINTR. A fiber's lets the other fibers of its
+ * thread run. */
+IOF_HIDDEN void iof__nap_until(int64_t until);
 
 /* One pause, ending by deadline_ns (INT64_MAX: none). 0: try again;
  * -ETIMEDOUT once the deadline has passed (after a last try); -EINTR when

@@ -208,31 +208,15 @@ enum {
   COND_NAP_NS = 1000000, /* a condition variable wait's one pause */
 };
 
-static bool nap_begin(void *op, iof__wait *w) {
-  (void)op;
-  return iof__wait_publish(w);
-}
-
-/* A pause until `until` (CLOCK_MONOTONIC) that only the clock ends: no
- * cancellation point, no EINTR (mutex locks have neither). A fiber's lets
- * the other fibers of its thread run. */
-static void nap(int64_t until) {
-  iof__cwait cw;
-  (void)iof__cwait_block(NULL, nap_begin, &cw, until);
-}
-
-/* Tries a libc lock until it stops saying EBUSY, between naps growing
- * from NAP_MIN_NS to NAP_MAX_NS, by deadline (INT64_MAX: none). */
+/* Tries a libc lock until it stops saying EBUSY, between quiet pauses
+ * growing from NAP_MIN_NS to NAP_MAX_NS, by deadline (INT64_MAX: none). */
 static int nap_until_taken(int (*try)(void *), void *obj, int64_t deadline) {
-  for (int64_t pause = NAP_MIN_NS;;) {
+  iof__backoff b;
+  iof__backoff_init_quiet(&b, NAP_MIN_NS, NAP_MAX_NS);
+  for (;;) {
     int r = try(obj);
     if (r != EBUSY) return r;
-    int64_t now = iof__now_ns();
-    if (now >= deadline) return ETIMEDOUT;
-    int64_t until = iof__sat_add(now, pause);
-    nap(until < deadline ? until : deadline);
-    if (pause < NAP_MAX_NS)
-      pause = pause * 2 < NAP_MAX_NS ? pause * 2 : NAP_MAX_NS;
+    if (iof__backoff_pause(&b, deadline) == -ETIMEDOUT) return ETIMEDOUT;
   }
 }
 
@@ -544,7 +528,7 @@ static int libc_cond_wait(pthread_cond_t *pc, pthread_mutex_t *pm,
   int64_t now = iof__now_ns();
   if (now < deadline) {
     int64_t until = iof__sat_add(now, COND_NAP_NS);
-    nap(until < deadline ? until : deadline);
+    iof__nap_until(until < deadline ? until : deadline);
   }
   r = iof_compat_pthread_mutex_lock(pm);
   if (r != 0 && r != EOWNERDEAD) return r;
