@@ -431,16 +431,19 @@ static void test_wake_from_signal_handler(void **state) {
   nanosleep(&ms20, NULL);
   assert_int_equal(pthread_create(&waker_thread, NULL, hx_waker, NULL), 0);
   assert_int_equal(pthread_create(&snd, NULL, sender, NULL), 0);
-  long last = -1, stalls = 0;
+  long last = -1, stalls = 0, longest = 0;
   for (int i = 0; i < 40; i++) {
     nanosleep(&ms20, NULL);
     long now = atomic_load(&wakes_done) + atomic_load(&handler_runs);
-    if (now == last) stalls++;
+    stalls = now == last ? stalls + 1 : 0;
+    if (stalls > longest) longest = stalls;
     last = now;
   }
   atomic_store(&stop_sig, true);
-  /* Progress in the loop or in handlers: else the waker deadlocked. */
-  assert_int_equal(stalls, 0);
+  /* Progress in the loop or in handlers: else the waker deadlocked (for
+   * good: the rest of the 40 steps, and the join below would hang). A
+   * loaded machine may leave the waker unscheduled for a step or a few. */
+  assert_true(longest < 20);
   pthread_join(snd, NULL);
   pthread_join(waker_thread, NULL);
   atomic_store(hy, 1);
