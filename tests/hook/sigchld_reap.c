@@ -34,7 +34,14 @@ int main(void) {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   CHECK(sigaction(SIGCHLD, &sa, NULL) == 0, "sigaction");
-  for (int i = 0; i < 5; i++) {
+  /* A parent that reaches waitpid after its child exited (descheduled
+   * for the child's 20 ms on a loaded machine) loses the child to the
+   * handler, with any libc: such a try is counted and made again. A
+   * runtime whose handler takes the child from a blocked waitpid loses
+   * every try; a few lost tries are the most a loaded machine gives. */
+  int ok = 0, lost = 0;
+  while (ok < 5 && lost < 4) {
+    sig_atomic_t before = reaped;
     pid_t p = fork();
     if (p == 0) {
       usleep(20 * 1000);
@@ -43,15 +50,21 @@ int main(void) {
     int st = 0;
     errno = 0;
     pid_t r = waitpid(p, &st, 0);
+    if (r == -1 && errno == ECHILD && reaped == before + 1) {
+      lost++;
+      continue;
+    }
     CHECK(r == p && WIFEXITED(st) && WEXITSTATUS(st) == 4,
           "waitpid gets its child");
+    ok++;
   }
+  CHECK(ok == 5, "waitpid got its child 5 times");
   for (int i = 0; i < 5; i++) {
     int st = system("sleep 0.02; exit 3");
     CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 3,
           "system gets its shell");
   }
-  CHECK(reaped == 0, "the handler found nothing to reap");
+  CHECK(reaped == lost, "the handler found nothing to reap");
   if (failed) return 1;
   puts("sigchld_reap: all steps right");
   return 0;
