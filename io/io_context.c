@@ -569,7 +569,11 @@ void iof_io_context_restart(iof_io_context *io) {
 
 int iof_io_context_destroy(iof_io_context *io) {
   if (!io) return -EINVAL;
-  if (atomic_load(&io->running)) return -EBUSY;
+  /* Held for the drain: a fiber (or its on_done) that calls run, poll or
+   * destroy from inside it gets -EBUSY, as from inside a run, instead of
+   * a nested loop on its own stack that waits for its own chain to end. */
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&io->running, &expect, 1)) return -EBUSY;
   /* (1) refuse launches, (2) services cancel what they hold, (3) run the
    * ready fibers to their end here, (4) then cancel never-started ones,
    * then (5) services are destroyed. */
@@ -602,6 +606,7 @@ int iof_io_context_destroy(iof_io_context *io) {
   long left = atomic_load(&io->work);
   if (left > 0) {
     iof__report_stuck("io_context", (size_t)left);
+    atomic_store(&io->running, 0);
     return -EBUSY;
   }
   iof_execution_context_destroy(&io->ctx);

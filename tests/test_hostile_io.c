@@ -152,6 +152,40 @@ static void io_context_reentry_is_ebusy(void **state) {
   in_fiber(nested_run, &c);
 }
 
+/* The same calls from inside destroy's drain: from a fiber cancelled by
+ * the shutdown and from its on_done. A nested run there waited for the
+ * caller's own chain to end (a hang); a nested destroy found it still
+ * counted. */
+static int sleep_then_nested_run(void *arg) {
+  ctx *c = arg;
+  CHECK_EQ(iof_sleep_for(INT64_MAX), -ECANCELED);
+  c->step++;
+  return nested_run(arg);
+}
+
+static void nested_run_on_done(void *user, int status) {
+  CHECK_EQ(status, 0);
+  (void)nested_run(user);
+  ((ctx *)user)->step++;
+}
+
+static void destroy_reentry_is_ebusy(void **state) {
+  (void)state;
+  ctx c = {0};
+  c.io = iof_io_context_create();
+  assert_non_null(c.io);
+  iof_launch_opts o = {0};
+  o.on_done = nested_run_on_done;
+  o.user = &c;
+  assert_int_equal(iof_run_async(iof_io_context_executor(c.io), &o,
+                                 sleep_then_nested_run, &c),
+                   0);
+  assert_int_equal(iof_io_context_run_for(c.io, 10 * MS), 1);
+  assert_int_equal(iof_io_context_destroy(c.io), 0);
+  assert_int_equal(c.step, 2);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 /* ---- timers ----------------------------------------------------------- */
 
 static int timer_fn(void *arg) {
@@ -1119,6 +1153,7 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(io_context_reentry_is_ebusy, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(destroy_reentry_is_ebusy, reset, disarm),
       cmocka_unit_test_setup_teardown(timer_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(huge_sleep_is_a_long_sleep, reset,
                                       disarm),
