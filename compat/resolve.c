@@ -424,6 +424,10 @@ int iof_compat_getnameinfo(const struct sockaddr *sa, socklen_t salen,
       (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
     return iof__libc.getnameinfo(sa, salen, host, hostlen, serv, servlen,
                                  flags);
+  /* The job's buffers: glibc writes only the answer into the caller's,
+   * whatever length it claims, and no answer needs more than this. */
+  if (hostlen > HB_BUF_MAX) hostlen = HB_BUF_MAX;
+  if (servlen > HB_BUF_MAX) servlen = HB_BUF_MAX;
   size_t sl = serv ? servlen : 0;
   ni_job *j = calloc(1, sizeof *j + (size_t)hostlen + sl);
   if (!j) return EAI_MEMORY;
@@ -445,9 +449,10 @@ int iof_compat_getnameinfo(const struct sockaddr *sa, socklen_t salen,
   int r = iof__resolver_run(iof__compat_io(f), ni_run, j, hb_release);
   if (r < 0) return gai_fail(r); /* j is the resolver's to free */
   int rc = j->rc;
-  if (rc == 0) {
-    memcpy(host, j->host, hostlen);
-    if (serv && servlen) memcpy(serv, j->serv, servlen);
+  if (rc == 0) { /* the strings with their NULs, nothing past them */
+    memcpy(host, j->host, strnlen(j->host, hostlen - 1) + 1);
+    if (serv && servlen)
+      memcpy(serv, j->serv, strnlen(j->serv, servlen - 1) + 1);
     errno = saved;
   } else {
     errno = rc == EAI_SYSTEM ? j->err : saved;

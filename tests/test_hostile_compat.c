@@ -715,6 +715,27 @@ static int resolve_calls(void *arg) {
   CHECK_EQ(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, host,
                                   sizeof host, NULL, 0, 0x7fff0000),
            EAI_BADFLAGS);
+  /* Lengths larger than the buffers (glibc writes only the answer):
+   * nothing past the answer is written, even for the largest ones. */
+  struct {
+    char host[32], serv[16];
+    char canary[64];
+  } nb;
+  memset(&nb, 'C', sizeof nb);
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sin.sin_port = htons(80);
+  int rc = iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, nb.host,
+                                  sizeof nb, nb.serv, sizeof nb.canary,
+                                  NI_NUMERICSERV);
+  CHECK_EQ(rc, 0);
+  if (rc == 0) CHECK_EQ(strcmp(nb.serv, "80"), 0);
+  size_t spoiled = 0;
+  for (size_t i = 0; i < sizeof nb.canary; i++) spoiled += nb.canary[i] != 'C';
+  CHECK_EQ(spoiled, 0);
+  CHECK_EQ(iof_compat_getnameinfo((struct sockaddr *)&sin, sizeof sin, nb.host,
+                                  (socklen_t)-1, nb.serv, (socklen_t)-1,
+                                  NI_NUMERICSERV),
+           0);
   return 0;
 }
 
