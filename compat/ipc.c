@@ -19,6 +19,10 @@
 
 #include <errno.h>
 
+#ifndef MSG_COPY
+#define MSG_COPY 040000
+#endif
+
 /* ---- POSIX message queues ---------------------------------------------- */
 
 static const struct timespec passed = {0, 0};
@@ -29,9 +33,7 @@ static const struct timespec passed = {0, 0};
 static int mq_wait(mqd_t q, int events, const struct timespec *abs,
                    int64_t *deadline) {
   if (abs && *deadline == 0) {
-    /* The kernel checks the timeout only once the call would block. */
-    int r = iof__ts_check(abs);
-    if (r == 0) r = iof__abs_to_mono(CLOCK_REALTIME, abs, deadline);
+    int r = iof__abs_to_mono(CLOCK_REALTIME, abs, deadline);
     if (r < 0) return r;
   }
   int64_t d = abs ? *deadline : -1;
@@ -62,6 +64,13 @@ static ssize_t mq_run(const mq_op *o, const struct timespec *abs) {
     if (o->send) return iof__libc.mq_send(o->q, o->msg, o->len, o->prio);
     return iof__libc.mq_receive(o->q, o->msg, o->len, o->prio_out);
   }
+  /* Linux reads and checks the timeout before it looks at the queue
+   * (EFAULT, EINVAL even when the call would not block). */
+  int r = abs ? iof__ts_check(abs) : 0;
+  if (r < 0) {
+    errno = -r;
+    return -1;
+  }
   int saved = errno;
   int64_t deadline = 0;
   for (;;) {
@@ -71,7 +80,7 @@ static ssize_t mq_run(const mq_op *o, const struct timespec *abs) {
       return n;
     }
     if (errno != ETIMEDOUT) return -1; /* EAGAIN: an O_NONBLOCK queue */
-    int r = mq_wait(o->q, o->send ? EV_WRITE : EV_READ, abs, &deadline);
+    r = mq_wait(o->q, o->send ? EV_WRITE : EV_READ, abs, &deadline);
     if (r < 0) {
       errno = -r;
       return -1;
@@ -189,7 +198,9 @@ int iof_compat_msgsnd(int id, const void *msg, size_t size, int flags) {
 ssize_t iof_compat_msgrcv(int id, void *msg, size_t size, long type,
                           int flags) {
   iof_fiber *f = iof__compat_fiber();
-  if (!f || (flags & IPC_NOWAIT))
+  /* MSG_COPY never waits: the kernel requires IPC_NOWAIT with it (EINVAL
+   * without), which the retries below would add. */
+  if (!f || (flags & (IPC_NOWAIT | MSG_COPY)))
     return iof__libc.msgrcv(id, msg, size, type, flags);
   int saved = errno;
   iof__backoff b;

@@ -25,7 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <mqueue.h>
 #include <sys/epoll.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -634,6 +637,59 @@ static void huge_rcvtimeo_waits(void **state) {
   iof_compat_close(h.fds[1]);
 }
 
+/* ---- message queues --------------------------------------------------- */
+
+static int ipc_calls(void *arg) {
+  (void)arg;
+  char name[64];
+  snprintf(name, sizeof name, "/iof-hostile-%d-%d", (int)getpid(), in_a_fiber);
+  struct mq_attr at = {0};
+  at.mq_maxmsg = 2;
+  at.mq_msgsize = 16;
+  mqd_t q = mq_open(name, O_RDWR | O_CREAT | O_EXCL, 0600, &at);
+  if (q == (mqd_t)-1) return 0; /* no POSIX queues here */
+  mq_unlink(name);
+  char buf[16];
+  const struct timespec bad = {0, 1000000000L}, neg = {-1, 0};
+  const struct timespec *wild = (const struct timespec *)8;
+  /* Linux checks the timeout before the queue: even a call that would
+   * not wait fails, and the message stays. */
+  CHECK_EQ(iof_compat_mq_send(q, "ab", 2, 1), 0);
+  CHECK_ERR(iof_compat_mq_timedreceive(q, buf, sizeof buf, NULL, &bad), EINVAL);
+  CHECK_ERR(iof_compat_mq_timedreceive(q, buf, sizeof buf, NULL, &neg), EINVAL);
+  CHECK_ERR(iof_compat_mq_timedreceive(q, buf, sizeof buf, NULL, wild), EFAULT);
+  CHECK_ERR(iof_compat_mq_timedsend(q, "cd", 2, 1, &bad), EINVAL);
+  CHECK_ERR(iof_compat_mq_timedsend(q, "cd", 2, 1, wild), EFAULT);
+  CHECK_EQ(iof_compat_mq_receive(q, buf, sizeof buf, NULL), 2);
+  CHECK_ERR(iof_compat_mq_receive(q, buf, 15, NULL), EMSGSIZE);
+  CHECK_ERR(iof_compat_mq_send(q, buf, 17, 0), EMSGSIZE);
+  CHECK_EQ(mq_close(q), 0);
+  CHECK_ERR(iof_compat_mq_send(q, "ab", 2, 0), EBADF);
+
+  /* MSG_COPY without IPC_NOWAIT is EINVAL, empty queue or not (a fiber
+   * waited for a message at that index, or copied one). */
+  int id = msgget(IPC_PRIVATE, 0600);
+  if (id < 0) return 0; /* no System V IPC here */
+  struct {
+    long type;
+    char text[8];
+  } m = {1, "x"};
+  CHECK_ERR(iof_compat_msgrcv(id, &m, sizeof m.text, 0, MSG_COPY), EINVAL);
+  CHECK_EQ(iof_compat_msgsnd(id, &m, 2, 0), 0);
+  CHECK_ERR(iof_compat_msgrcv(id, &m, sizeof m.text, 0, MSG_COPY), EINVAL);
+  CHECK_ERR(iof_compat_msgrcv(id, &m, 1, 0, 0), E2BIG);
+  CHECK_EQ(iof_compat_msgrcv(id, &m, sizeof m.text, 0, 0), 2);
+  CHECK_ERR(iof_compat_msgrcv(id, &m, sizeof m.text, 0, IPC_NOWAIT), ENOMSG);
+  CHECK_EQ(msgctl(id, IPC_RMID, NULL), 0);
+  CHECK_ERR(iof_compat_msgrcv(id, &m, sizeof m.text, 0, 0), EINVAL);
+  return 0;
+}
+
+static void compat_ipc_calls(void **state) {
+  (void)state;
+  both_ways(ipc_calls);
+}
+
 /* ---- resolver --------------------------------------------------------- */
 
 static int resolve_calls(void *arg) {
@@ -922,6 +978,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(huge_compat_sleeps_are_long, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(huge_rcvtimeo_waits, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_ipc_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_resolver_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_main_bad_arguments, reset, disarm),
