@@ -184,10 +184,11 @@ typedef struct waitid_args {
   int options;
 } waitid_args;
 
-/* waitid with WNOHANG says "nothing yet" by leaving si_pid 0. */
+/* waitid with WNOHANG says "nothing yet" with si_pid 0, which Linux
+ * writes itself (the kernel, not compat, writes the caller's info: a wild
+ * pointer is its EFAULT, as for the plain call). */
 static long check_waitid(void *p) {
   waitid_args *a = p;
-  a->info->si_pid = 0;
   int r = iof__libc.waitid(a->type, a->id, a->info, a->options | WNOHANG);
   if (r < 0) return -1;
   return a->info->si_pid != 0;

@@ -531,6 +531,13 @@ static int process_calls(void *arg) {
   CHECK_ERR(iof_compat_waitid((idtype_t)99, 0, &si, WEXITED), EINVAL);
   CHECK_ERR(iof_compat_waitid(P_ALL, 0, &si, 0), EINVAL);
   CHECK_ERR(iof_compat_waitid(P_PID, 1, &si, WEXITED), ECHILD);
+  /* A wild info: the kernel's EFAULT, never a fault in compat. */
+  pid_t kid = fork();
+  if (kid == 0) _exit(0);
+  CHECK_EQ(kid > 0, 1);
+  CHECK_ERR(iof_compat_waitid(P_PID, (id_t)kid, (siginfo_t *)8, WEXITED),
+            EFAULT);
+  iof_compat_waitpid(kid, NULL, 0); /* reaped unless the kernel did */
   return 0;
 }
 
