@@ -166,7 +166,7 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
   int ep = -1, sfd = -1;
   HOLD_FDS();
   bool built = false;
-  int single = n == 1 && fds[0].fd >= 0 ? single_events(fds[0].events) : 0;
+  int single = 0;
   bool waited = false;
   for (;;) {
     int r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
@@ -178,6 +178,9 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
     if (deadline >= 0 && iof__now_ns() >= deadline)
       return finish(&g, ep, sfd, 0, 0, saved);
     int w;
+    /* The array is read once the kernel has (a wild one: its EFAULT). */
+    if (!waited && n == 1 && fds[0].fd >= 0)
+      single = single_events(fds[0].events);
     if (!waited && mask && (sfd = iof__compat_admit_fd(mask)) >= 0) single = 0;
     if (single) {
       w = iof__fd_wait_plain(fds[0].fd, single, deadline, false);
@@ -250,18 +253,25 @@ int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
  * from copies before each check. */
 static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
                         int64_t deadline, const sigset_t *mask) {
+  /* Only the bytes of the sets the kernel uses (whole longs, as it reads
+   * them), after asking it whether it can read them (its EFAULT). */
+  size_t used = ((size_t)nfds + 63) / 64 * 8;
+  if ((rd && iof__mem_check(rd, used) < 0) ||
+      (wr && iof__mem_check(wr, used) < 0) ||
+      (ex && iof__mem_check(ex, used) < 0))
+    return iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
   int saved = errno;
   fd_set r0, w0, e0;
-  if (rd) r0 = *rd;
-  if (wr) w0 = *wr;
-  if (ex) e0 = *ex;
+  if (rd) memcpy(&r0, rd, used);
+  if (wr) memcpy(&w0, wr, used);
+  if (ex) memcpy(&e0, ex, used);
   int ep = -1, sfd = -1;
   HOLD_FDS();
   bool built = false;
   for (;;) {
-    if (rd) *rd = r0;
-    if (wr) *wr = w0;
-    if (ex) *ex = e0;
+    if (rd) memcpy(rd, &r0, used);
+    if (wr) memcpy(wr, &w0, used);
+    if (ex) memcpy(ex, &e0, used);
     int r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
     if (r != 0) {
       if (!built) returned_at_once(r);
@@ -290,9 +300,9 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     int w = wait_set(ep, deadline);
     busy_streak = 0;
     if (w == -ETIMEDOUT) {
-      if (rd) *rd = r0;
-      if (wr) *wr = w0;
-      if (ex) *ex = e0;
+      if (rd) memcpy(rd, &r0, used);
+      if (wr) memcpy(wr, &w0, used);
+      if (ex) memcpy(ex, &e0, used);
       r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
       return finish(&g, ep, sfd, r, 0, saved);
     }

@@ -191,7 +191,9 @@ void iof__sigmask_restore(uint64_t bits) {
  * handled at once and, in main, ends the wait (main_blocks reads this). */
 _Atomic uint64_t *iof__sigmask_wait_begin(const sigset_t *mask,
                                           uint64_t *saved) {
-  _Atomic uint64_t *m = mask ? own_mask() : NULL;
+  /* A mask the kernel cannot read is not worn: the call's own EFAULT. */
+  _Atomic uint64_t *m =
+      mask && iof__mem_check(mask, sizeof(uint64_t)) == 0 ? own_mask() : NULL;
   if (m)
     *saved = atomic_exchange_explicit(m, iof__sigset_bits(mask) & KEPT,
                                       memory_order_relaxed);

@@ -460,7 +460,9 @@ static void close_fd(void *fd) {
 
 int iof_compat_sigsuspend(const sigset_t *mask) {
   iof_fiber *f = iof__compat_fiber();
-  if (!f || f != main_fiber || !mask) return iof__libc.sigsuspend(mask);
+  if (!f || f != main_fiber || !mask ||
+      iof__mem_check(mask, sizeof(uint64_t)) < 0) /* the kernel's EFAULT */
+    return iof__libc.sigsuspend(mask);
   iof__sigmask_hold h;
   iof__sigmask_hold_begin(&h, mask);
   int r = sigsuspend_main(f, mask);
@@ -528,16 +530,17 @@ static int sigtimedwait_fiber(iof_fiber *f, const sigset_t *set,
 int iof_compat_sigtimedwait(const sigset_t *set, siginfo_t *info,
                             const struct timespec *timeout) {
   iof_fiber *f = iof__compat_fiber();
-  /* A timeout the kernel cannot read or rejects: the plain call's error. */
-  bool bad = f && timeout && iof__ts_check(timeout) < 0;
+  /* A set or timeout the kernel cannot read, or a timeout it rejects: the
+   * plain call's error. */
+  bool bad = f && ((timeout && iof__ts_check(timeout) < 0) ||
+                   (set && iof__mem_check(set, sizeof(uint64_t)) < 0));
   if (f && set && timeout && !bad && !timeout->tv_sec && !timeout->tv_nsec) {
     int saved = errno;
     int s = take_waited(set, info);
     if (s > 0) return s;
     errno = saved;
   }
-  if (!f || !set ||
-      (timeout && (bad || (!timeout->tv_sec && !timeout->tv_nsec))))
+  if (!f || !set || bad || (timeout && !timeout->tv_sec && !timeout->tv_nsec))
     return iof__libc.sigtimedwait(set, info, timeout);
   int64_t deadline = -1;
   if (timeout) {

@@ -131,6 +131,12 @@ IOF_HIDDEN int iof__abs_to_mono(clockid_t clock, const struct timespec *abs,
  * timespec the caller passed, where the plain call answers EFAULT. */
 IOF_HIDDEN int iof__ts_check(const struct timespec *ts);
 
+/* Whether the kernel can read the n bytes at p: 0 or -EFAULT (asked of
+ * it with futex waits that never sleep; errno kept). Call it before
+ * reading memory the caller passed, where the plain call answers EFAULT
+ * (a wild sigset or fd_set). */
+IOF_HIDDEN int iof__mem_check(const void *p, size_t n);
+
 /* now + a relative timeout -> CLOCK_MONOTONIC ns (saturating). -EINVAL for
  * a bad timespec (negative, or tv_nsec out of range). */
 IOF_HIDDEN int iof__rel_to_mono(const struct timespec *rel, int64_t *out);

@@ -171,6 +171,28 @@ int iof__ts_check(const struct timespec *ts) {
   return e;
 }
 
+int iof__mem_check(const void *p, size_t n) {
+  static const struct timespec now = {0, 0};
+  if (!n) return 0;
+  uintptr_t a = (uintptr_t)p, last = a + n - 1;
+  if (last < a) return -EFAULT;
+  int saved = errno, e = 0;
+  /* A word in each 4 KiB page of the range (4-aligned, as futex wants;
+   * readability goes by pages), asked of the kernel: a futex wait that
+   * reads the word, and with a zero timeout never sleeps. */
+  for (a &= ~(uintptr_t)3;; a = (a | 4095) + 1) {
+    long r = iof__syscall()(SYS_futex, (uint32_t *)a, FUTEX_WAIT_PRIVATE,
+                            0x9e3779b9u, &now, NULL, 0);
+    if (r < 0 && errno == EFAULT) {
+      e = -EFAULT;
+      break;
+    }
+    if ((a | 4095) >= last) break;
+  }
+  errno = saved;
+  return e;
+}
+
 int iof__rel_to_mono(const struct timespec *rel, int64_t *out) {
   if (!rel || rel->tv_sec < 0 || rel->tv_nsec < 0 || rel->tv_nsec >= 1000000000)
     return -EINVAL;

@@ -30,6 +30,7 @@
 #include <sys/ipc.h>
 #include <sys/msg.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -464,6 +465,72 @@ static int poll_calls(void *arg) {
 static void compat_poll_and_sleep_calls(void **state) {
   (void)state;
   both_ways(poll_calls);
+}
+
+/* Wild fd arrays, fd_sets, signal sets and masks: the kernel's EFAULT,
+ * as the plain calls (the compat paths read them first and faulted: in
+ * any fiber for the arrays and sets, in a fiber thread for the masks,
+ * which it wears for the wait). */
+static int wild_sets(void *arg) {
+  (void)arg;
+  void *wild = (void *)8;
+  struct timespec ten = {0, 10 * MS};
+  struct timeval tv = {0, 10000};
+  CHECK_ERR(iof_compat_poll(wild, 1, 10), EFAULT);
+  CHECK_ERR(iof_compat_ppoll(wild, 1, &ten, NULL), EFAULT);
+  CHECK_ERR(iof_compat_select(1, wild, NULL, NULL, &tv), EFAULT);
+  tv.tv_usec = 10000;
+  CHECK_ERR(iof_compat_select(1, NULL, NULL, wild, &tv), EFAULT);
+  CHECK_ERR(iof_compat_pselect(1, NULL, wild, NULL, &ten, NULL), EFAULT);
+  struct pollfd pf = {-1, POLLIN, 0};
+  CHECK_ERR(iof_compat_ppoll(&pf, 1, &ten, wild), EFAULT);
+  CHECK_ERR(iof_compat_pselect(0, NULL, NULL, NULL, &ten, wild), EFAULT);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev;
+  CHECK_ERR(iof_compat_epoll_pwait(ep, &ev, 1, 10, wild), EFAULT);
+  CHECK_ERR(iof_compat_epoll_pwait2(ep, &ev, 1, &ten, wild), EFAULT);
+  close(ep);
+  CHECK_ERR(iof_compat_sigtimedwait(wild, NULL, &ten), EFAULT);
+  struct timespec zero = {0, 0};
+  CHECK_ERR(iof_compat_sigtimedwait(wild, NULL, &zero), EFAULT);
+  CHECK_ERR(iof_compat_sigwaitinfo(wild, NULL), EFAULT);
+  int sig = 0;
+  CHECK_EQ(iof_compat_sigwait(wild, &sig), EFAULT);
+  CHECK_ERR(iof_compat_sigsuspend(wild), EFAULT);
+  /* A set as long as nfds needs, against an unreadable page: the kernel
+   * reads 8 bytes of it, and so must compat. */
+  long pg = sysconf(_SC_PAGESIZE);
+  char *two = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK_EQ(two != MAP_FAILED, 1);
+  if (two == MAP_FAILED) return 0;
+  CHECK_EQ(mprotect(two + pg, (size_t)pg, PROT_NONE), 0);
+  fd_set *tail = (fd_set *)(two + pg - 8);
+  memset(tail, 0, 8);
+  int sv[2];
+  CHECK_EQ(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  if (sv[0] < 64) {
+    FD_SET(sv[0], tail);
+    tv.tv_sec = 0;
+    tv.tv_usec = 10000;
+    CHECK_EQ(iof_compat_select(sv[0] + 1, tail, NULL, NULL, &tv), 0);
+    FD_SET(sv[0], tail);
+    CHECK_EQ(iof_compat_write(sv[1], "x", 1), 1);
+    CHECK_EQ(iof_compat_pselect(sv[0] + 1, tail, NULL, NULL, &ten, NULL), 1);
+    CHECK_EQ(FD_ISSET(sv[0], tail) != 0, 1);
+  }
+  iof_compat_close(sv[0]);
+  iof_compat_close(sv[1]);
+  munmap(two, (size_t)pg * 2);
+  return 0;
+}
+
+static void compat_wild_sets(void **state) {
+  (void)state;
+  both_ways(wild_sets);
+  in_a_fiber = 1;
+  assert_int_equal(iof_main(wild_sets, NULL), 0); /* a fiber thread */
+  assert_int_equal(atomic_load(&failures), 0);
 }
 
 static void never_runs(int sig) {
@@ -981,6 +1048,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_poll_and_sleep_calls, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_signal_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_wild_sets, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_process_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(huge_compat_sleeps_are_long, reset,
                                       disarm),
