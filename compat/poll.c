@@ -249,6 +249,29 @@ int iof_compat_ppoll(struct pollfd *fds, nfds_t n,
   return r;
 }
 
+/* Whether the kernel can read `used` bytes of each set (iof__mem_check:
+ * a system call per page). The sets are usually neighbours on one stack
+ * page, which is asked about once. */
+static bool sets_readable(fd_set *rd, fd_set *wr, fd_set *ex, size_t used) {
+  fd_set *set[3] = {rd, wr, ex};
+  uintptr_t lo[3], hi[3];
+  int asked = 0;
+  for (int i = 0; i < 3; i++) {
+    if (!set[i] || !used) continue;
+    uintptr_t a = (uintptr_t)set[i] >> 12;
+    uintptr_t b = ((uintptr_t)set[i] + used - 1) >> 12;
+    bool known = false;
+    for (int k = 0; k < asked && b >= a; k++)
+      known = known || (a >= lo[k] && b <= hi[k]);
+    if (known) continue;
+    if (iof__mem_check(set[i], used) < 0) return false;
+    lo[asked] = a;
+    hi[asked] = b;
+    asked++;
+  }
+  return true;
+}
+
 /* select in a fiber: the sets are checked with a zero timeout, restored
  * from copies before each check. */
 static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
@@ -256,9 +279,7 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
   /* Only the bytes of the sets the kernel uses (whole longs, as it reads
    * them), after asking it whether it can read them (its EFAULT). */
   size_t used = ((size_t)nfds + 63) / 64 * 8;
-  if ((rd && iof__mem_check(rd, used) < 0) ||
-      (wr && iof__mem_check(wr, used) < 0) ||
-      (ex && iof__mem_check(ex, used) < 0))
+  if (!sets_readable(rd, wr, ex, used))
     return iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
   int saved = errno;
   fd_set r0, w0, e0;

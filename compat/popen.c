@@ -92,7 +92,11 @@ static FILE *fail(int e) {
 }
 
 FILE *iof_compat_popen(const char *cmd, const char *mode) {
-  if (!iof__compat_fiber() || !cmd || !mode) return iof__libc.popen(cmd, mode);
+  if (!mode) { /* glibc's reads it: a crash */
+    errno = EINVAL;
+    return NULL;
+  }
+  if (!iof__compat_fiber() || !cmd) return iof__libc.popen(cmd, mode);
   bool rd = false, wr = false, cloexec = false;
   for (const char *m = mode; *m; m++) {
     if (*m == 'r')

@@ -135,7 +135,11 @@ static FILE *fail(int e) {
 }
 
 FILE *iof_compat_fdopen(int fd, const char *mode) {
-  if (!mode || !fibers_wait_on(fd)) return iof__libc.fdopen(fd, mode);
+  if (!mode) { /* glibc's reads it: a crash */
+    errno = EINVAL;
+    return NULL;
+  }
+  if (!fibers_wait_on(fd)) return iof__libc.fdopen(fd, mode);
   /* fdopen's checks, as glibc's: the mode, then the fd's access mode. */
   int want_rd, want_wr, append = 0;
   switch (mode[0]) {

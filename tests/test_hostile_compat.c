@@ -175,6 +175,13 @@ static int fd_calls(void *arg) {
   CHECK_EQ(iof_compat_fdopen(fds[0], "zz") == NULL, 1);
   CHECK_EQ(errno, EINVAL);
   if (in_a_fiber) CHECK_EQ(fcntl(fds[0], F_GETFL) & O_NONBLOCK, O_NONBLOCK);
+  /* A NULL mode, which glibc's fdopen and popen read: EINVAL. */
+  errno = 0;
+  CHECK_EQ(iof_compat_fdopen(fds[0], NULL) == NULL, 1);
+  CHECK_EQ(errno, EINVAL);
+  errno = 0;
+  CHECK_EQ(iof_compat_popen("true", NULL) == NULL, 1);
+  CHECK_EQ(errno, EINVAL);
 
   /* accept on a socket that does not listen: EINVAL, not a wait. */
   int s = iof_compat_socket(AF_INET, SOCK_STREAM, 0);

@@ -196,7 +196,7 @@ IOF_API int iof_compat_system(const char *cmd);
  * or writing its input suspends only the fiber, and so does pclose's (or
  * fclose's) wait for the child. Outside fibers libc's popen. pclose takes
  * either kind of stream. NULL/-1 and errno as the libc calls (EINVAL for
- * a bad mode). */
+ * a bad or NULL mode, where glibc crashes). */
 IOF_API FILE *iof_compat_popen(const char *cmd, const char *mode);
 IOF_API int iof_compat_pclose(FILE *stream);
 /* As posix_spawn(3) and posix_spawnp(3); from a fiber thread the child
@@ -300,7 +300,8 @@ IOF_API int iof_compat_lockf(int fd, int cmd, off_t len);
  * reads and writes are iof_compat_read/write, so fgets, fread, fflush...
  * suspend only the calling fiber; fileno() gives fd back, fclose closes it
  * through iof_compat_close. On other fds (files, terminals, an fd with the
- * program's own O_NONBLOCK) glibc's stream. NULL and errno as fdopen. */
+ * program's own O_NONBLOCK) glibc's stream. NULL and errno as fdopen
+ * (EINVAL for a NULL mode, where glibc crashes). */
 IOF_API FILE *iof_compat_fdopen(int fd, const char *mode);
 
 /* setsockopt(2), getsockopt(2), shutdown(2): passed to the kernel;
