@@ -601,12 +601,14 @@ int iof_io_context_destroy(iof_io_context *io) {
     iof__drain_one(f);
   }
   iof__run_mark_pop(&mark);
+  /* Released once no fiber runs here: services' destroy callbacks (5) may
+   * close this context's sockets from this thread, as outside a run. */
+  atomic_store(&io->running, 0);
   /* As the thread pool: a chain still counted would be woken into freed
    * memory; keep the context (shut down) for a later destroy. */
   long left = atomic_load(&io->work);
   if (left > 0) {
     iof__report_stuck("io_context", (size_t)left);
-    atomic_store(&io->running, 0);
     return -EBUSY;
   }
   iof_execution_context_destroy(&io->ctx);

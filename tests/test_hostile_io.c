@@ -186,6 +186,44 @@ static void destroy_reentry_is_ebusy(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* A service's destroy runs after destroy's drain, on the destroying
+ * thread with no fiber running: it may still use the context's sockets
+ * (here: a limit change, which enters the context), as outside a run. */
+typedef struct sock_svc {
+  iof_service base;
+  iof_socket *sock;
+} sock_svc;
+static iof_socket *svc_sock;
+static int svc_destroy_rc = 1;
+
+static iof_service *sock_svc_create(iof_execution_context *ctx) {
+  (void)ctx;
+  sock_svc *s = calloc(1, sizeof *s);
+  if (s) s->sock = svc_sock;
+  return s ? &s->base : NULL;
+}
+
+static void sock_svc_destroy(iof_service *svc) {
+  sock_svc *s = (sock_svc *)svc;
+  svc_destroy_rc = iof_socket_set_deadline(s->sock, IOF_READ, 1);
+  iof_socket_free(s->sock);
+  free(s);
+}
+
+static const iof_service_key sock_svc_key = {"sock_svc", sock_svc_create, NULL,
+                                             sock_svc_destroy};
+
+static void service_destroy_uses_sockets(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  assert_int_equal(iof_tcp_listen(io, "127.0.0.1", "0", 0, 0, &svc_sock), 0);
+  assert_non_null(iof_use_service(iof_io_context_context(io), &sock_svc_key));
+  svc_destroy_rc = 1;
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(svc_destroy_rc, 0);
+}
+
 /* ---- timers ----------------------------------------------------------- */
 
 static int timer_fn(void *arg) {
@@ -1154,6 +1192,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(io_context_reentry_is_ebusy, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(destroy_reentry_is_ebusy, reset, disarm),
+      cmocka_unit_test_setup_teardown(service_destroy_uses_sockets, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(timer_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(huge_sleep_is_a_long_sleep, reset,
                                       disarm),
