@@ -289,10 +289,12 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
   int ep = -1, sfd = -1;
   HOLD_FDS();
   bool built = false;
-  for (;;) {
-    if (rd) memcpy(rd, &r0, used);
-    if (wr) memcpy(wr, &w0, used);
-    if (ex) memcpy(ex, &e0, used);
+  for (bool first = true;; first = false) {
+    /* The first try finds the sets intact: a read-only set gets the
+     * kernel's EFAULT there, not a fault in a copy back. */
+    if (rd && !first) memcpy(rd, &r0, used);
+    if (wr && !first) memcpy(wr, &w0, used);
+    if (ex && !first) memcpy(ex, &e0, used);
     int r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
     if (r != 0) {
       if (!built) returned_at_once(r);

@@ -528,6 +528,13 @@ static int wild_sets(void *arg) {
   }
   iof_compat_close(sv[0]);
   iof_compat_close(sv[1]);
+  /* A read-only set: the kernel cannot write the answer back (EFAULT);
+   * compat must not write to it either. */
+  memset(two, 0, 8);
+  CHECK_EQ(mprotect(two, (size_t)pg, PROT_READ), 0);
+  tv.tv_sec = 0;
+  tv.tv_usec = 10000;
+  CHECK_ERR(iof_compat_select(1, (fd_set *)two, NULL, NULL, &tv), EFAULT);
   munmap(two, (size_t)pg * 2);
   return 0;
 }
