@@ -36,6 +36,7 @@ struct shared {
   pthread_rwlock_t rw;
   atomic_int child_has_it;
   int flag;
+  _Atomic int64_t released_ms; /* when the child let go (CLOCK_MONOTONIC) */
 };
 
 static struct shared *sh;
@@ -81,6 +82,7 @@ static void hold_mutex(void) {
   pthread_mutex_lock(&sh->m);
   atomic_store(&sh->child_has_it, 1);
   usleep(300000);
+  atomic_store(&sh->released_ms, mono_ms());
   pthread_mutex_unlock(&sh->m);
 }
 
@@ -89,6 +91,7 @@ static void broadcast_later(void) {
   usleep(300000);
   pthread_mutex_lock(&sh->m);
   sh->flag = 1;
+  atomic_store(&sh->released_ms, mono_ms());
   pthread_cond_broadcast(&sh->c);
   pthread_mutex_unlock(&sh->m);
 }
@@ -121,12 +124,11 @@ static void *taker(void *p) {
 }
 
 static void *cond_waiter(void *p) {
-  int64_t *took = p;
-  int64_t t0 = mono_ms();
+  int64_t *woke = p;
   CHECK(pthread_mutex_lock(&sh->m) == 0, "lock before the wait");
   while (!sh->flag) CHECK(pthread_cond_wait(&sh->c, &sh->m) == 0, "cond_wait");
   CHECK(pthread_mutex_unlock(&sh->m) == 0, "unlock after the wait");
-  *took = mono_ms() - t0;
+  *woke = mono_ms();
   return NULL;
 }
 
@@ -155,6 +157,7 @@ int main(void) {
 
   /* The child holds the mutex. */
   pid_t pid = child(hold_mutex);
+  int64_t m0 = mono_ms(); /* before the deadline: it is 50 ms later */
   struct timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
   rt.tv_nsec += 50000000;
@@ -164,11 +167,13 @@ int main(void) {
   }
   CHECK(pthread_mutex_timedlock(&sh->m, &rt) == ETIMEDOUT,
         "a timed lock times out");
+  CHECK(mono_ms() - m0 >= 40, "after its 50 ms");
   CHECK(pthread_mutex_trylock(&sh->m) == EBUSY, "trylock: EBUSY");
   int t0 = atomic_load(&ticks);
-  int64_t m0 = mono_ms();
   CHECK(pthread_mutex_lock(&sh->m) == 0, "the lock waits for the child");
-  CHECK(mono_ms() - m0 >= 100, "it took the child's time");
+  CHECK(atomic_load(&sh->released_ms) != 0 &&
+            mono_ms() >= atomic_load(&sh->released_ms),
+        "it took the lock after the child let go");
   CHECK(atomic_load(&ticks) - t0 >= 10, "the ticker ran while main waited");
   CHECK(pthread_mutex_unlock(&sh->m) == 0, "unlock");
   reap(pid);
@@ -183,16 +188,21 @@ int main(void) {
   CHECK(atomic_load(&turns) == 40, "the takers' count is exact");
 
   /* The child broadcasts. */
-  int64_t took = -1;
+  int64_t woke = -1;
   sh->flag = 0;
+  atomic_store(&sh->released_ms, 0);
   pthread_t w;
-  CHECK(pthread_create(&w, NULL, cond_waiter, &took) == 0, "cond waiter");
+  CHECK(pthread_create(&w, NULL, cond_waiter, &woke) == 0, "cond waiter");
   pid = child(broadcast_later);
   t0 = atomic_load(&ticks);
   pthread_join(w, NULL);
-  CHECK(took >= 200 && took < 3000, "the broadcast woke the waiter");
+  CHECK(atomic_load(&sh->released_ms) != 0 &&
+            woke >= atomic_load(&sh->released_ms) &&
+            woke < atomic_load(&sh->released_ms) + 3000,
+        "the broadcast woke the waiter");
   CHECK(atomic_load(&ticks) - t0 >= 10, "the ticker ran during the wait");
   reap(pid);
+  m0 = mono_ms();
   struct timespec mt;
   clock_gettime(CLOCK_MONOTONIC, &mt);
   mt.tv_nsec += 50000000;
@@ -205,6 +215,7 @@ int main(void) {
   do r = pthread_cond_timedwait(&sh->c, &sh->m, &mt);
   while (r == 0);
   CHECK(r == ETIMEDOUT, "a timed wait no one signals times out");
+  CHECK(mono_ms() - m0 >= 40, "after its 50 ms (the monotonic clock)");
   CHECK(pthread_mutex_unlock(&sh->m) == 0, "unlock after the timed wait");
 
   /* The child dies holding the robust mutex. */
