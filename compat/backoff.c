@@ -15,21 +15,13 @@
 
 void iof__backoff_init(iof__backoff *b, iof_fiber *f, int64_t min_ns,
                        int64_t max_ns, bool restartable) {
-  b->f = f;
-  b->pause_ns = min_ns;
-  b->max_ns = max_ns;
-  b->restartable = restartable;
-  b->quiet = false;
-  b->snap = iof__compat_intr_snap(f, restartable);
+  *b = (iof__backoff){f,           min_ns,
+                      max_ns,      iof__compat_intr_snap(f, restartable),
+                      restartable, false};
 }
 
 void iof__backoff_init_quiet(iof__backoff *b, int64_t min_ns, int64_t max_ns) {
-  b->f = NULL;
-  b->pause_ns = min_ns;
-  b->max_ns = max_ns;
-  b->restartable = false;
-  b->quiet = true;
-  b->snap = 0;
+  *b = (iof__backoff){NULL, min_ns, max_ns, 0, false, true};
 }
 
 static bool nap_begin(void *op, iof__wait *w) {

@@ -230,15 +230,24 @@ enum {
   COND_NAP_NS = 1000000, /* a condition variable wait's one pause */
 };
 
-/* Tries a libc lock until it stops saying EBUSY, between quiet pauses
- * growing from NAP_MIN_NS to NAP_MAX_NS, by deadline (INT64_MAX: none). */
-static int nap_until_taken(int (*try)(void *), void *obj, int64_t deadline) {
+/* Takes a libc lock in a fiber: tries it, then again between quiet
+ * pauses growing from NAP_MIN_NS to NAP_MAX_NS until it stops saying EBUSY
+ * or the deadline (abs on clock, when timed) passes. */
+static int nap_until_taken(int (*try)(void *), void *obj, clockid_t clock,
+                           const struct timespec *abs, bool timed) {
+  int r = try(obj);
+  if (r != EBUSY) return r;
+  int64_t deadline = INT64_MAX;
+  if (timed) {
+    int e = iof__abs_to_mono(clock, abs, &deadline);
+    if (e < 0) return -e;
+  }
   iof__backoff b;
   iof__backoff_init_quiet(&b, NAP_MIN_NS, NAP_MAX_NS);
   for (;;) {
-    int r = try(obj);
-    if (r != EBUSY) return r;
     if (iof__backoff_pause(&b, deadline) == -ETIMEDOUT) return ETIMEDOUT;
+    r = try(obj);
+    if (r != EBUSY) return r;
   }
 }
 
@@ -285,14 +294,7 @@ static int libc_mutex_lock(pthread_mutex_t *pm, clockid_t clock,
   if (!fiber && !timed) return iof__libc.pthread_mutex_lock(pm);
   if (!fiber && clock == CLOCK_REALTIME)
     return iof__libc.pthread_mutex_timedlock(pm, abs);
-  int r = libc_mutex_try(pm);
-  if (r != EBUSY) return r;
-  int64_t deadline = INT64_MAX;
-  if (timed) {
-    int e = iof__abs_to_mono(clock, abs, &deadline);
-    if (e < 0) return -e;
-  }
-  return nap_until_taken(libc_mutex_try, pm, deadline);
+  return nap_until_taken(libc_mutex_try, pm, clock, abs, timed);
 }
 
 enum { K_NORMAL = 0, K_RECURSIVE = 1, K_ERRORCHECK = 2 };
@@ -735,14 +737,7 @@ static int libc_rw_lock(pthread_rwlock_t *prw, bool write, bool try,
   if (!fiber && clock == CLOCK_REALTIME)
     return write ? iof__libc.pthread_rwlock_timedwrlock(prw, abs)
                  : iof__libc.pthread_rwlock_timedrdlock(prw, abs);
-  int r = try_fn(prw);
-  if (r != EBUSY) return r;
-  int64_t deadline = INT64_MAX;
-  if (timed) {
-    int e = iof__abs_to_mono(clock, abs, &deadline);
-    if (e < 0) return -e;
-  }
-  return nap_until_taken(try_fn, prw, deadline);
+  return nap_until_taken(try_fn, prw, clock, abs, timed);
 }
 
 int iof_compat_pthread_rwlock_init(pthread_rwlock_t *rw,
