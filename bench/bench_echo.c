@@ -288,7 +288,7 @@ static int run_wrk(bench_ctx *ctx) {
     int rc = bench_peer_start(&a, av, 0, 10);
     if (rc == 0) rc = bench_peer_start(&b, bv, 0, 10);
     for (int i = 0; rc == 0 && i < WRK_PAIRS; i++) {
-      double x, y;
+      double x = 0, y = 0;
       rc = wrk_run(wrk, a.port, &x);
       if (rc == 0) rc = wrk_run(wrk, b.port, &y);
       ra[i] = 1e9 / x; /* ns per request, like every other row */

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,11 +181,11 @@ int main(void) {
 
   /* Two threads of this process. */
   pthread_t a, b;
-  CHECK(pthread_create(&a, NULL, taker, NULL) == 0 &&
-            pthread_create(&b, NULL, taker, NULL) == 0,
-        "takers");
-  pthread_join(a, NULL);
-  pthread_join(b, NULL);
+  bool a_ok = pthread_create(&a, NULL, taker, NULL) == 0;
+  bool b_ok = pthread_create(&b, NULL, taker, NULL) == 0;
+  CHECK(a_ok && b_ok, "takers");
+  if (a_ok) pthread_join(a, NULL);
+  if (b_ok) pthread_join(b, NULL);
   CHECK(atomic_load(&turns) == 40, "the takers' count is exact");
 
   /* The child broadcasts. */
