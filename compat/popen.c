@@ -109,7 +109,6 @@ FILE *iof_compat_popen(const char *cmd, const char *mode) {
       return fail(EINVAL);
   }
   if (rd == wr) return fail(EINVAL); /* one direction, as glibc */
-  int rw = rd ? 'r' : 'w';
   pstream *p = calloc(1, sizeof *p);
   if (!p) return fail(ENOMEM);
   int fds[2];
@@ -117,8 +116,8 @@ FILE *iof_compat_popen(const char *cmd, const char *mode) {
     free(p);
     return NULL;
   }
-  int mine = rw == 'r' ? fds[0] : fds[1], theirs = rw == 'r' ? fds[1] : fds[0];
-  int target = rw == 'r' ? STDOUT_FILENO : STDIN_FILENO;
+  int mine = rd ? fds[0] : fds[1], theirs = rd ? fds[1] : fds[0];
+  int target = rd ? STDOUT_FILENO : STDIN_FILENO;
   if (theirs == target) { /* 0 or 1 was closed: keep dup2 meaningful */
     int moved = iof_compat_fcntl(theirs, F_DUPFD_CLOEXEC, 3);
     if (moved >= 0) {
@@ -143,7 +142,7 @@ FILE *iof_compat_popen(const char *cmd, const char *mode) {
   FILE *fp = NULL;
   if (!e) {
     if (!cloexec) iof__libc.fcntl(mine, F_SETFD, 0);
-    fp = iof__compat_fd_stream(mine, rw == 'r' ? "r" : "w", p_close);
+    fp = iof__compat_fd_stream(mine, rd ? "r" : "w", p_close);
     if (!fp) e = errno;
   }
   if (fp) {

@@ -186,7 +186,6 @@ static char *rebase(char *p, const hb_job *j, char *to) {
   return p;
 }
 
-/* Moves a successful result into the caller's hostent and buffer. */
 /* One more byte range of the result inside the job's buffer. */
 static void extent(const hb_job *j, const void *p, size_t n, size_t *end) {
   const char *c = p;
@@ -215,6 +214,7 @@ static size_t used_bytes(const hb_job *j) {
   return end;
 }
 
+/* Moves a successful result into the caller's hostent and buffer. */
 static void hb_copy(const hb_job *j, struct hostent *ret, char *buf) {
   memcpy(buf, j->buf, used_bytes(j));
   *ret = j->he;

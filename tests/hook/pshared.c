@@ -49,6 +49,18 @@ static int64_t mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The time on clock 50 ms from now, as an absolute deadline. */
+static struct timespec in_50ms(clockid_t clock) {
+  struct timespec t;
+  clock_gettime(clock, &t);
+  t.tv_nsec += 50000000;
+  if (t.tv_nsec >= 1000000000) {
+    t.tv_sec++;
+    t.tv_nsec -= 1000000000;
+  }
+  return t;
+}
+
 static void *ticker(void *p) {
   (void)p;
   while (!atomic_load(&stop_ticker)) {
@@ -159,13 +171,7 @@ int main(void) {
   /* The child holds the mutex. */
   pid_t pid = child(hold_mutex);
   int64_t m0 = mono_ms(); /* before the deadline: it is 50 ms later */
-  struct timespec rt;
-  clock_gettime(CLOCK_REALTIME, &rt);
-  rt.tv_nsec += 50000000;
-  if (rt.tv_nsec >= 1000000000) {
-    rt.tv_sec++;
-    rt.tv_nsec -= 1000000000;
-  }
+  struct timespec rt = in_50ms(CLOCK_REALTIME);
   CHECK(pthread_mutex_timedlock(&sh->m, &rt) == ETIMEDOUT,
         "a timed lock times out");
   CHECK(mono_ms() - m0 >= 40, "after its 50 ms");
@@ -204,13 +210,7 @@ int main(void) {
   CHECK(atomic_load(&ticks) - t0 >= 10, "the ticker ran during the wait");
   reap(pid);
   m0 = mono_ms();
-  struct timespec mt;
-  clock_gettime(CLOCK_MONOTONIC, &mt);
-  mt.tv_nsec += 50000000;
-  if (mt.tv_nsec >= 1000000000) {
-    mt.tv_sec++;
-    mt.tv_nsec -= 1000000000;
-  }
+  struct timespec mt = in_50ms(CLOCK_MONOTONIC);
   CHECK(pthread_mutex_lock(&sh->m) == 0, "lock before a timed wait");
   int r;
   do r = pthread_cond_timedwait(&sh->c, &sh->m, &mt);
