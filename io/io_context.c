@@ -431,14 +431,14 @@ struct ev_loop *iof_io_context_loop(iof_io_context *io) {
 }
 
 /* Fibers of this context are away in iof_run on another context and the
- * run loop just ran fibers: watch the remote queue for up to IOF_SPIN_NS
- * before blocking in epoll, since a cross-thread wake-up (the eventfd
- * write, the other thread's futex wake of this one) costs more than the
+ * run loop just ran fibers: watch the remote queue for a while (the spin
+ * policy's length) before blocking in epoll, since a cross-thread wake-up (the
+ * eventfd write, the other thread's futex wake of this one) costs more than the
  * hop itself. libev is polled without blocking every few microseconds
  * meanwhile, so I/O is not held up. True if a fiber came. */
-static bool spin_for_return(iof_io_context *io) {
-  int64_t start = iof__now_ns(), polled = start;
-  for (int i = 1; iof__spin_step(start, i); i++) {
+static bool spin_for_return(iof_io_context *io, int64_t start) {
+  int64_t polled = start, len = iof__spin_len(&io->spin_policy);
+  for (int i = 1; iof__spin_step(start, i, len); i++) {
     if (has_ready(io)) return true;
     if (i & 255) continue;
     int64_t now = iof__now_ns();
@@ -488,6 +488,7 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
     ev_timer_start(io->loop, &io->deadline);
   }
   long ran = 0, polled_at = 0, spun_at = 0;
+  int64_t missed = 0; /* a spin's start, judged after the sleep */
   while (!atomic_load(&io->stopped) && !io->timed_out) {
     cancel_waits_on_shutdown(io);
     ran += run_batch(io, max_fibers >= 0 ? max_fibers - ran : -1);
@@ -512,8 +513,9 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
         atomic_load_explicit(&io->ctx.away, memory_order_relaxed) > 0) {
       spun_at = ran;
       if (iof__spin_allowed(&io->spin_policy)) {
-        bool found = spin_for_return(io);
-        iof__spin_result(&io->spin_policy, found);
+        int64_t start = iof__now_ns();
+        bool found = spin_for_return(io, start);
+        missed = iof__spin_result(&io->spin_policy, found, start);
         if (found) continue;
       }
     }
@@ -525,6 +527,8 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
                                               memory_order_relaxed));
     } else {
       ev_run(io->loop, EVRUN_ONCE);
+      iof__spin_woke(&io->spin_policy, missed);
+      missed = 0;
       io->poll_every = POLL_EVERY;
     }
     polled_at = ran;

@@ -101,13 +101,13 @@ bool iof_work_guard_owns(const iof_work_guard *g) {
   return g && g->ex.vt;
 }
 
-bool iof__spin_step(int64_t start, int i) {
+bool iof__spin_step(int64_t start, int i, int64_t len) {
   if (i & 15) {
     iof__cpu_relax();
     return true;
   }
   int64_t t = iof__now_ns() - start;
-  if (t > IOF_SPIN_NS) return false;
+  if (t > len) return false;
   if (t > IOF_SPIN_PAUSE_NS)
     sched_yield();
   else

@@ -189,12 +189,14 @@ IOF_HIDDEN bool iof__env_stopping(const iof_env *env);
 IOF_HIDDEN void iof__report_stuck(const char *what, size_t n);
 
 /* Spinning before parking. A thread that just ran fibers and finds its
- * queue empty watches it for up to IOF_SPIN_NS before it sleeps (in a
- * futex or epoll_wait): a fiber hopping back and forth between threads
- * then finds the other side awake, and the poster skips the wake-up
- * syscall. Only after work: an idle thread never spins, so idle stays
- * idle (at most one spin of IOF_SPIN_NS per thread after the last work). */
+ * queue empty watches it for a while (IOF_SPIN_NS, longer when the policy
+ * below learned it pays) before it sleeps (in a futex or epoll_wait): a
+ * fiber hopping back and forth between threads then finds the other side
+ * awake, and the poster skips the wake-up syscall. Only after work: an
+ * idle thread never spins, so idle stays idle (at most one spin of at
+ * most IOF_SPIN_MAX_NS per thread after the last work). */
 #define IOF_SPIN_NS 20000
+#define IOF_SPIN_MAX_NS 250000
 /* Pause-only spinning for this long, then sched_yield between checks: on a
  * busy machine the thread we wait for may be waiting for this CPU. */
 #define IOF_SPIN_PAUSE_NS 5000
@@ -208,19 +210,34 @@ static inline void iof__cpu_relax(void) {
 }
 
 /* One step of a spin that started at `start`: pause or yield. False once
- * IOF_SPIN_NS have passed. */
-IOF_HIDDEN bool iof__spin_step(int64_t start, int i);
+ * `len` ns have passed. */
+IOF_HIDDEN bool iof__spin_step(int64_t start, int i, int64_t len);
 
-/* Adaptive spinning, as glibc's adaptive mutexes do: a spin that timed
- * out halves the credit, one that found work adds to it; without credit
- * the thread parks at once and probes with a spin every 32nd time. On a
- * machine whose CPUs are taken by other work spins keep failing (the
- * thread waited for is not running) and would only add their length to
- * every hop: there this falls back to plain parking. Used by one thread
- * at a time (the pool's single spinner under its lock; the io loop). */
+/* Adaptive spinning, as glibc's adaptive mutexes do, with an adaptive
+ * length. A spin that found work adds to a credit; without credit the
+ * thread parks at once and probes with a spin every 32nd time. A spin
+ * that found nothing is judged by what follows it:
+ * - it overran (this thread lost its CPU while spinning, to the thread it
+ *   waits for or to other work): the CPUs are taken and spinning only adds
+ *   its length to every hop. The credit halves, the length goes back to
+ *   IOF_SPIN_NS;
+ * - the work came later than a spin of IOF_SPIN_MAX_NS would have seen
+ *   (the work stopped, or comes slowly): the same;
+ * - the work came sooner: the other side was asleep itself and answered
+ *   only after its own wake-up, which on some hosts (an idle vCPU) takes
+ *   40-150 us, longer than the spin. The next spins last as long as that
+ *   one would have needed, with half again as margin, and the credit is
+ *   at least 1. Otherwise two threads that hand work back and forth each
+ *   miss the other's answer, park, and wake each other for ever (a hop or
+ *   a batch of launches then costs two wake-ups, ~100x the spinning
+ *   figure); once one side stays awake long enough, the other's spins
+ *   succeed and both stay awake.
+ * Used by one thread at a time (the pool's workers under its lock; the io
+ * loop; a plain thread's own); all-zero is a valid start. */
 typedef struct iof_spin_policy {
   int credit;
   unsigned skipped;
+  int64_t len; /* the spin's length; 0: IOF_SPIN_NS */
 } iof_spin_policy;
 
 #define IOF_SPIN_CREDIT_MAX 16
@@ -232,11 +249,42 @@ static inline bool iof__spin_allowed(iof_spin_policy *sp) {
   return true;
 }
 
-static inline void iof__spin_result(iof_spin_policy *sp, bool found) {
-  if (found)
+static inline int64_t iof__spin_len(const iof_spin_policy *sp) {
+  return sp->len ? sp->len : IOF_SPIN_NS;
+}
+
+static inline void iof__spin_lost(iof_spin_policy *sp) {
+  sp->credit /= 2;
+  sp->len = 0;
+}
+
+/* After a spin that started at `start`: found work or not. Returns what
+ * to hand to iof__spin_woke once the thread wakes from the sleep that
+ * follows (0: nothing to judge). */
+static inline int64_t iof__spin_result(iof_spin_policy *sp, bool found,
+                                       int64_t start) {
+  if (found) {
     sp->credit += sp->credit < IOF_SPIN_CREDIT_MAX;
-  else
-    sp->credit /= 2;
+    return 0;
+  }
+  if (iof__now_ns() - start <= iof__spin_len(sp) + IOF_SPIN_NS) return start;
+  iof__spin_lost(sp);
+  return 0;
+}
+
+/* The thread woke from the sleep after a spin that started at `missed`
+ * and found nothing (iof__spin_result's answer; 0: nothing to judge). */
+static inline void iof__spin_woke(iof_spin_policy *sp, int64_t missed) {
+  if (__builtin_expect(!missed, 1)) return;
+  int64_t need = iof__now_ns() - missed;
+  if (need > IOF_SPIN_MAX_NS) {
+    iof__spin_lost(sp);
+    return;
+  }
+  sp->credit += !sp->credit;
+  need += need / 2;
+  if (need > iof__spin_len(sp))
+    sp->len = need < IOF_SPIN_MAX_NS ? need : IOF_SPIN_MAX_NS;
 }
 
 /* Intrusive FIFO of fibers through f->next. */

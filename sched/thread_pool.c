@@ -112,25 +112,27 @@ static bool work_waits(iof_thread_pool *p) {
 }
 
 /* Called with the lock held, queue empty, after running fibers: watches the
- * inbox and the queue without the lock for up to IOF_SPIN_NS. One spinner
+ * inbox and the queue without the lock for the spin's length; returns a
+ * missed spin's start for iof__spin_woke (0: none). One spinner
  * at a time (the others sleep: on two cores a second spinner only steals
  * the CPU). */
-static void spin(iof_thread_pool *p) {
+static int64_t spin(iof_thread_pool *p) {
   if (atomic_load_explicit(&p->spinning, memory_order_relaxed) ||
       !iof__spin_allowed(&p->spin_policy))
-    return;
+    return 0;
   atomic_store(&p->spinning, 1);
+  int64_t len = iof__spin_len(&p->spin_policy);
   pthread_mutex_unlock(&p->lock);
   int64_t start = iof__now_ns();
   /* Stop and join are seen under the lock once the spin ends. */
-  for (int i = 1; !work_waits(p) && iof__spin_step(start, i); i++) {
+  for (int i = 1; !work_waits(p) && iof__spin_step(start, i, len); i++) {
   }
   bool found = work_waits(p);
   pthread_mutex_lock(&p->lock);
   /* A post that saw the spinner did not wake anyone: the caller takes its
    * fiber, or parks only after re-checking the inbox. */
   atomic_store(&p->spinning, 0);
-  iof__spin_result(&p->spin_policy, found);
+  return iof__spin_result(&p->spin_policy, found, start);
 }
 
 static bool must_exit(iof_thread_pool *p) {
@@ -193,6 +195,7 @@ static void *worker(void *arg) {
   iof__run_mark_push(&mark, &p->ctx);
   pthread_mutex_lock(&p->lock);
   bool ran = false;
+  int64_t missed = 0; /* this worker's last spin found nothing */
   for (;;) {
     iof_fiber *f = p->stop ? NULL : pop(p);
     if (f) {
@@ -214,10 +217,12 @@ static void *worker(void *arg) {
     if (must_exit(p)) break;
     if (ran) {
       ran = false;
-      spin(p);
+      missed = spin(p);
       continue;
     }
     park(p);
+    iof__spin_woke(&p->spin_policy, missed);
+    missed = 0;
   }
   pthread_mutex_unlock(&p->lock);
   iof__run_mark_pop(&mark);

@@ -308,21 +308,21 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
 /* ---- blocking a thread ------------------------------------------------ */
 
 /* A plain thread waiting for fibers (a launch's result, a fiber's
- * iof_sem_post) watches its flag for up to IOF_SPIN_NS before it sleeps,
+ * iof_sem_post) watches its flag for a while before it sleeps,
  * as the pool's threads do, when its recent waits ended that soon. */
 static __thread iof_spin_policy thread_spin
     __attribute__((tls_model("initial-exec")));
 
-static void spin_for(iof__parker *p) {
-  if (!iof__spin_allowed(&thread_spin)) return;
-  int64_t start = iof__now_ns();
+static int64_t spin_for(iof__parker *p) {
+  if (!iof__spin_allowed(&thread_spin)) return 0;
+  int64_t start = iof__now_ns(), len = iof__spin_len(&thread_spin);
   bool set = false;
   for (int i = 1;
        !(set = atomic_load_explicit(&p->flag, memory_order_acquire)) &&
-       iof__spin_step(start, i);
+       iof__spin_step(start, i, len);
        i++) {
   }
-  iof__spin_result(&thread_spin, set);
+  return iof__spin_result(&thread_spin, set, start);
 }
 
 static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
@@ -344,13 +344,14 @@ static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
     w->timer_armed = r == 0;
   }
   if (r == 0 && begin(op, w)) {
-    spin_for(&p);
+    int64_t missed = spin_for(&p);
     /* Taken even when the spin saw the flag: the waker may still be in
      * its critical section, and p is about to go. */
     pthread_mutex_lock(&p.m);
     while (!atomic_load_explicit(&p.flag, memory_order_relaxed))
       pthread_cond_wait(&p.c, &p.m);
     pthread_mutex_unlock(&p.m);
+    iof__spin_woke(&thread_spin, missed);
   }
   /* Waits for a fire in progress: it may still be signalling p. */
   if (w->timer_armed) iof__timer_cancel(&w->timer);

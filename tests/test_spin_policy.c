@@ -1,0 +1,164 @@
+/* The adaptive spin before parking (sched/sched_internal.h): what a spin
+ * that found work, one that lost its CPU, one whose work came soon after
+ * it and one followed by a long sleep do to the credit and the length. */
+#include "test_support.h"
+
+#include "sched/sched_internal.h"
+
+#include <string.h>
+#include <time.h>
+
+IOF_TEST_WATCHDOG(arm, disarm, 60)
+
+static void nap_ns(int64_t ns) {
+  struct timespec ts = {0, (long)ns};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static void found_adds_credit_up_to_the_cap(void **state) {
+  (void)state;
+  iof_spin_policy sp;
+  memset(&sp, 0, sizeof sp);
+  assert_int_equal(iof__spin_len(&sp), IOF_SPIN_NS);
+  for (int i = 0; i < 3; i++) iof__spin_result(&sp, true, iof__now_ns());
+  assert_int_equal(sp.credit, 3);
+  for (int i = 0; i < 40; i++) iof__spin_result(&sp, true, iof__now_ns());
+  assert_int_equal(sp.credit, IOF_SPIN_CREDIT_MAX);
+  iof__spin_woke(&sp, 0); /* nothing was missed: no change */
+  assert_int_equal(sp.credit, IOF_SPIN_CREDIT_MAX);
+  assert_int_equal(iof__spin_len(&sp), IOF_SPIN_NS);
+}
+
+/* Without credit, one park in 32 probes with a spin. */
+static void no_credit_probes_every_32nd_time(void **state) {
+  (void)state;
+  iof_spin_policy sp;
+  memset(&sp, 0, sizeof sp);
+  int allowed = 0;
+  for (int i = 0; i < 320; i++) allowed += iof__spin_allowed(&sp);
+  assert_int_equal(allowed, 10);
+  sp.credit = 1;
+  assert_true(iof__spin_allowed(&sp));
+}
+
+/* A spin that ended far past its length lost its CPU: credit halves and
+ * the length is back to the base, whatever it had grown to. */
+static void overrun_halves_and_resets(void **state) {
+  (void)state;
+  iof_spin_policy sp;
+  memset(&sp, 0, sizeof sp);
+  sp.credit = 8;
+  sp.len = 100000;
+  int64_t m =
+      iof__spin_result(&sp, false, iof__now_ns() - 10 * IOF_SPIN_MAX_NS);
+  assert_true(m == 0); /* already judged */
+  assert_int_equal(sp.credit, 4);
+  assert_int_equal(iof__spin_len(&sp), IOF_SPIN_NS);
+}
+
+/* Work that came soon after a missed spin (the other side had to wake
+ * up): the credit is at least 1 and the next spins are long enough to
+ * have seen it, with margin. Timed on this thread's clock; a step that a
+ * preemption stretched past the bounds is tried again. */
+static void soon_after_a_miss_lengthens_the_spin(void **state) {
+  (void)state;
+  bool checked = false;
+  for (int attempt = 0; attempt < 50 && !checked; attempt++) {
+    iof_spin_policy sp;
+    memset(&sp, 0, sizeof sp);
+    int64_t start = iof__now_ns() - IOF_SPIN_NS; /* a spin of the base */
+    int64_t m = iof__spin_result(&sp, false, start);
+    if (m == 0) continue; /* preempted: read as an overrun */
+    assert_true(m == start);
+    nap_ns(50000); /* the answer comes 50 us later */
+    int64_t before = iof__now_ns();
+    iof__spin_woke(&sp, m);
+    int64_t need = before - start;
+    if (iof__now_ns() - start > IOF_SPIN_MAX_NS) continue; /* too late */
+    assert_int_equal(sp.credit, 1);
+    int64_t want = need + need / 2;
+    if (want > IOF_SPIN_MAX_NS) want = IOF_SPIN_MAX_NS;
+    assert_true(iof__spin_len(&sp) >= want);
+    assert_true(iof__spin_len(&sp) > IOF_SPIN_NS);
+    assert_true(iof__spin_len(&sp) <= IOF_SPIN_MAX_NS);
+    /* Found work later: the length stays (it costs only when missing). */
+    int64_t len = iof__spin_len(&sp);
+    iof__spin_result(&sp, true, iof__now_ns());
+    assert_int_equal(sp.credit, 2);
+    assert_int_equal(iof__spin_len(&sp), len);
+    checked = true;
+  }
+  assert_true(checked);
+}
+
+/* The length never passes the cap, and credit already there is kept. */
+static void soon_keeps_credit_and_caps_the_length(void **state) {
+  (void)state;
+  bool checked = false;
+  for (int attempt = 0; attempt < 50 && !checked; attempt++) {
+    iof_spin_policy sp;
+    memset(&sp, 0, sizeof sp);
+    sp.credit = 5;
+    sp.len = IOF_SPIN_MAX_NS;
+    int64_t start = iof__now_ns() - (IOF_SPIN_MAX_NS - 60000);
+    int64_t m = iof__spin_result(&sp, false, start);
+    if (m == 0) continue;
+    iof__spin_woke(&sp, m);
+    if (iof__now_ns() - start > IOF_SPIN_MAX_NS) continue;
+    assert_int_equal(sp.credit, 5);
+    assert_int_equal(iof__spin_len(&sp), IOF_SPIN_MAX_NS);
+    checked = true;
+  }
+  assert_true(checked);
+}
+
+/* Work that came later than the longest spin would have waited: the work
+ * stopped or comes slowly; spinning would only burn CPU. */
+static void late_after_a_miss_halves_and_resets(void **state) {
+  (void)state;
+  iof_spin_policy sp;
+  memset(&sp, 0, sizeof sp);
+  sp.credit = 6;
+  sp.len = 200000;
+  int64_t m = iof__spin_result(&sp, false, iof__now_ns());
+  assert_true(m != 0);
+  nap_ns(IOF_SPIN_MAX_NS + 50000);
+  iof__spin_woke(&sp, m);
+  assert_int_equal(sp.credit, 3);
+  assert_int_equal(iof__spin_len(&sp), IOF_SPIN_NS);
+  /* Idle phases take the credit down to none. */
+  for (int i = 0; i < 3; i++) {
+    m = iof__spin_result(&sp, false, iof__now_ns());
+    nap_ns(IOF_SPIN_MAX_NS + 50000);
+    iof__spin_woke(&sp, m);
+  }
+  assert_int_equal(sp.credit, 0);
+}
+
+/* The step ends the spin once its length has passed, not before. */
+static void step_honours_the_length(void **state) {
+  (void)state;
+  int64_t len = 200000;
+  int64_t start = iof__now_ns();
+  int i = 1;
+  while (iof__spin_step(start, i, len) && i < 100000000) i++;
+  int64_t took = iof__now_ns() - start;
+  assert_true(took >= len);
+  assert_true(i < 100000000);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(found_adds_credit_up_to_the_cap),
+      T(no_credit_probes_every_32nd_time),
+      T(overrun_halves_and_resets),
+      T(soon_after_a_miss_lengthens_the_spin),
+      T(soon_keeps_credit_and_caps_the_length),
+      T(late_after_a_miss_halves_and_resets),
+      T(step_honours_the_length),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
