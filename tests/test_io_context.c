@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -520,6 +521,90 @@ static void posts_from_another_thread_wake_blocked_run(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* Remote posts in bursts from several threads, with pauses that let the
+ * run block in between: only the post that finds the remote queue empty
+ * wakes the loop, so a lost wake-up would leave chains unrun (the run
+ * would never return). Each thread's chains run in the order launched. */
+#define BURST_THREADS 3
+#define BURST_CHAINS 3000
+
+typedef struct burst_rec {
+  iof_io_context *io;
+  iof_work_guard guard;
+  atomic_int running;
+  atomic_int ran;
+  int last_seq[BURST_THREADS]; /* loop thread only */
+  int out_of_order;
+  int launch_errors;
+} burst_rec;
+
+typedef struct burst_arg {
+  burst_rec *r;
+  int thread, seq;
+} burst_arg;
+
+static burst_arg burst_args[BURST_THREADS][BURST_CHAINS];
+
+static int burst_fn(void *arg) {
+  burst_arg *a = arg;
+  burst_rec *r = a->r;
+  if (a->seq != r->last_seq[a->thread] + 1) r->out_of_order++;
+  r->last_seq[a->thread] = a->seq;
+  if (atomic_fetch_add(&r->ran, 1) + 1 == BURST_THREADS * BURST_CHAINS)
+    iof_work_guard_reset(&r->guard);
+  return 0;
+}
+
+static int burst_mark_fn(void *arg) {
+  atomic_store(&((burst_rec *)arg)->running, 1);
+  return 0;
+}
+
+static void *burst_launcher(void *arg) {
+  burst_arg *first = arg;
+  burst_rec *r = first->r;
+  if (!wait_flag(&r->running)) return NULL;
+  unsigned seed = (unsigned)first->thread * 7919u + 1;
+  for (int i = 0; i < BURST_CHAINS;) {
+    int n = 1 + (int)(rand_r(&seed) % 8);
+    for (; n > 0 && i < BURST_CHAINS; n--, i++)
+      if (iof_launch(iof_io_context_executor(r->io), burst_fn, &first[i]) < 0)
+        __atomic_fetch_add(&r->launch_errors, 1, __ATOMIC_RELAXED);
+    if (rand_r(&seed) % 4 == 0) usleep(50 + rand_r(&seed) % 150);
+  }
+  return NULL;
+}
+
+static void remote_bursts_all_run_in_order(void **state) {
+  (void)state;
+  burst_rec r;
+  memset(&r, 0, sizeof r);
+  r.io = iof_io_context_create();
+  assert_non_null(r.io);
+  for (int t = 0; t < BURST_THREADS; t++) {
+    r.last_seq[t] = -1;
+    for (int i = 0; i < BURST_CHAINS; i++)
+      burst_args[t][i] = (burst_arg){&r, t, i};
+  }
+  assert_int_equal(iof_work_guard_init(&r.guard, iof_io_context_executor(r.io)),
+                   0);
+  assert_int_equal(iof_launch(iof_io_context_executor(r.io), burst_mark_fn, &r),
+                   0);
+  pthread_t th[BURST_THREADS];
+  for (int t = 0; t < BURST_THREADS; t++)
+    assert_int_equal(
+        pthread_create(&th[t], NULL, burst_launcher, burst_args[t]), 0);
+  int ran = iof_io_context_run(r.io);
+  for (int t = 0; t < BURST_THREADS; t++) pthread_join(th[t], NULL);
+  assert_int_equal(r.launch_errors, 0);
+  assert_int_equal(atomic_load(&r.ran), BURST_THREADS * BURST_CHAINS);
+  assert_int_equal(ran, BURST_THREADS * BURST_CHAINS + 1);
+  assert_int_equal(r.out_of_order, 0);
+  for (int t = 0; t < BURST_THREADS; t++)
+    assert_int_equal(r.last_seq[t], BURST_CHAINS - 1);
+  assert_int_equal(iof_io_context_destroy(r.io), 0);
+}
+
 /* ---- attaching to a host's loop ------------------------------------------ */
 
 typedef struct host_rec {
@@ -748,6 +833,7 @@ int main(void) {
       T(run_for_returns_after_about_the_time),
       T(second_concurrent_run_returns_ebusy),
       T(posts_from_another_thread_wake_blocked_run),
+      T(remote_bursts_all_run_in_order),
       T(attach_runs_chains_in_host_ev_run),
       T(chain_counts_as_work_until_on_done_and_stack_freed),
       T(pool_chain_pending_op_keeps_io_context_run_alive),
