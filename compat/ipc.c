@@ -38,6 +38,11 @@ static int mq_wait(mqd_t q, int events, const struct timespec *abs,
   }
   int64_t d = abs ? *deadline : -1;
   if (d >= 0 && iof__now_ns() >= d) return -ETIMEDOUT;
+  /* Known to compat, the descriptor is waited on through its slot: a close
+   * (iof_compat_close, mq_close) ends the wait with EBADF. */
+  iof__fd_slot *s = iof__fd_slot_get(q);
+  if (s && !atomic_load_explicit(&s->flags, memory_order_acquire))
+    (void)iof__fd_learn(q, s);
   int r = iof__fd_wait_plain(q, events, d, true);
   return r == -ETIMEDOUT ? 0 : r; /* the last try decides */
 }
@@ -108,6 +113,11 @@ int iof_compat_mq_timedsend(mqd_t q, const char *msg, size_t len, unsigned prio,
                             const struct timespec *abs) {
   mq_op o = {q, (char *)msg, len, NULL, prio, true};
   return (int)mq_run(&o, abs);
+}
+
+/* glibc's mq_close is close(2) itself. */
+int iof_compat_mq_close(mqd_t q) {
+  return iof_compat_close(q);
 }
 
 /* ---- System V semaphores and message queues ---------------------------- */

@@ -124,6 +124,58 @@ static void test_mq_two_fibers(void **state) {
   mq_close(mq);
 }
 
+/* A close of the queue's descriptor by another fiber ends a wait on it
+ * with EBADF (mq_close, and close itself), and the number does not stay
+ * watched: the queue opened next under it works. */
+static mqd_t closing_mq;
+static int close_by_mq_close;
+
+static int mq_closed_receiver(void *arg) {
+  (void)arg;
+  char buf[64];
+  int64_t t0 = mono_ns();
+  errno = 0;
+  CHECK(iof_compat_mq_receive(closing_mq, buf, sizeof buf, NULL) == -1);
+  CHECK(errno == EBADF);
+  CHECK(mono_ns() - t0 >= 15000000);
+  CHECK(mono_ns() - t0 < 2000000000);
+  atomic_fetch_add(&waiters_done, 1);
+  return 0;
+}
+
+static int mq_closer(void *arg) {
+  (void)arg;
+  iof_sleep_for(20000000); /* the receiver waits by now */
+  if (close_by_mq_close)
+    CHECK(iof_compat_mq_close(closing_mq) == 0);
+  else
+    CHECK(iof_compat_close(closing_mq) == 0);
+  CHECK(iof_compat_mq_close(closing_mq) == -1 && errno == EBADF);
+  atomic_fetch_add(&waiters_done, 1);
+  return 0;
+}
+
+static void test_mq_close_wakes_waiter(void **state) {
+  (void)state;
+  for (close_by_mq_close = 0; close_by_mq_close < 2; close_by_mq_close++) {
+    closing_mq = open_mq(1, 0);
+    assert_true(closing_mq != (mqd_t)-1);
+    start_case(2);
+    run_fibers3(mq_closed_receiver, mq_closer, ticker);
+    assert_no_failures();
+    assert_int_equal(atomic_load(&waiters_done), 2);
+    /* The same number for a new queue: waits and sends as any. */
+    mq = open_mq(1, 0);
+    assert_true(mq != (mqd_t)-1);
+    assert_int_equal(mq, closing_mq);
+    start_case(2);
+    run_fibers3(mq_receiver, mq_sender, ticker);
+    assert_no_failures();
+    assert_int_equal(atomic_load(&waiters_done), 2);
+    assert_int_equal(iof_compat_mq_close(mq), 0);
+  }
+}
+
 static int mq_errors(void *arg) {
   (void)arg;
   char buf[64];
@@ -442,6 +494,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_mq_two_fibers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mq_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mq_close_wakes_waiter, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_sem_two_fibers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sem_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_msg_two_fibers, setup, teardown),

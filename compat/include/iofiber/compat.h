@@ -114,6 +114,7 @@
 #define mq_timedreceive iof_compat_mq_timedreceive
 #define mq_send iof_compat_mq_send
 #define mq_timedsend iof_compat_mq_timedsend
+#define mq_close iof_compat_mq_close
 #define semop iof_compat_semop
 #define semtimedop iof_compat_semtimedop
 #define msgsnd iof_compat_msgsnd

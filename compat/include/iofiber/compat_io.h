@@ -371,6 +371,10 @@ IOF_API int iof_compat_mq_send(mqd_t q, const char *msg, size_t len,
                                unsigned prio);
 IOF_API int iof_compat_mq_timedsend(mqd_t q, const char *msg, size_t len,
                                     unsigned prio, const struct timespec *abs);
+/* As mq_close(3): closes the queue's descriptor as iof_compat_close does,
+ * so a fiber waiting on the queue (mq_receive, mq_send) returns -1 with
+ * EBADF. 0, or -1 with errno (EBADF). */
+IOF_API int iof_compat_mq_close(mqd_t q);
 IOF_API int iof_compat_semop(int id, struct sembuf *sops, size_t n);
 IOF_API int iof_compat_semtimedop(int id, struct sembuf *sops, size_t n,
                                   const struct timespec *timeout);
