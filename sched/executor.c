@@ -101,6 +101,12 @@ bool iof_work_guard_owns(const iof_work_guard *g) {
   return g && g->ex.vt;
 }
 
+void iof__spin_lock_wait(atomic_flag *l) {
+  for (int spins = 1;
+       atomic_flag_test_and_set_explicit(l, memory_order_acquire);)
+    if (++spins > 64) sched_yield();
+}
+
 bool iof__spin_step(int64_t start, int i, int64_t len) {
   if (i & 15) {
     iof__cpu_relax();

@@ -15,10 +15,12 @@
  * registry, the debug registry): a few instructions where a mutex costs
  * 40-50. Past 64 tries the holder is likely preempted, or walking a whole
  * list: yield to it. */
+IOF_HIDDEN void iof__spin_lock_wait(atomic_flag *l);
 static inline void iof__spin_lock(atomic_flag *l) {
-  for (int spins = 0;
-       atomic_flag_test_and_set_explicit(l, memory_order_acquire);)
-    if (++spins > 64) sched_yield();
+  /* The wait is out of line: callers keep no registers for it. */
+  if (__builtin_expect(
+          atomic_flag_test_and_set_explicit(l, memory_order_acquire), 0))
+    iof__spin_lock_wait(l);
 }
 
 static inline void iof__spin_unlock(atomic_flag *l) {
