@@ -444,9 +444,9 @@ struct ev_loop *iof_io_context_loop(iof_io_context *io) {
  * eventfd write, the other thread's futex wake of this one) costs more than the
  * hop itself. libev is polled without blocking every few microseconds
  * meanwhile, so I/O is not held up. True if a fiber came. */
-static bool spin_for_return(iof_io_context *io, int64_t start) {
-  int64_t polled = start, len = iof__spin_len(&io->spin_policy);
-  for (int i = 1; iof__spin_step(start, i, len); i++) {
+static bool spin_for_return(iof_io_context *io, int64_t start, int64_t *spun) {
+  int64_t polled = start, len = iof__spin_begin(&io->spin_policy, start);
+  for (int i = 1; iof__spin_step(start, i, len, spun); i++) {
     if (has_ready(io)) return true;
     if (i & 255) continue;
     int64_t now = iof__now_ns();
@@ -521,9 +521,9 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
         atomic_load_explicit(&io->ctx.away, memory_order_relaxed) > 0) {
       spun_at = ran;
       if (iof__spin_allowed(&io->spin_policy)) {
-        int64_t start = iof__now_ns();
-        bool found = spin_for_return(io, start);
-        missed = iof__spin_result(&io->spin_policy, found, start);
+        int64_t start = iof__now_ns(), spun = 0;
+        bool found = spin_for_return(io, start, &spun);
+        missed = iof__spin_result(&io->spin_policy, found, start, spun);
         if (found) continue;
       }
     }

@@ -107,12 +107,13 @@ void iof__spin_lock_wait(atomic_flag *l) {
     if (++spins > 64) sched_yield();
 }
 
-bool iof__spin_step(int64_t start, int i, int64_t len) {
+bool iof__spin_step(int64_t start, int i, int64_t len, int64_t *spun) {
   if (i & 15) {
     iof__cpu_relax();
     return true;
   }
   int64_t t = iof__now_ns() - start;
+  *spun = t;
   if (t > len) return false;
   if (t > IOF_SPIN_PAUSE_NS)
     sched_yield();

@@ -121,18 +121,18 @@ static int64_t spin(iof_thread_pool *p) {
       !iof__spin_allowed(&p->spin_policy))
     return 0;
   atomic_store(&p->spinning, 1);
-  int64_t len = iof__spin_len(&p->spin_policy);
+  int64_t start = iof__now_ns(), spun = 0;
+  int64_t len = iof__spin_begin(&p->spin_policy, start);
   pthread_mutex_unlock(&p->lock);
-  int64_t start = iof__now_ns();
   /* Stop and join are seen under the lock once the spin ends. */
-  for (int i = 1; !work_waits(p) && iof__spin_step(start, i, len); i++) {
+  for (int i = 1; !work_waits(p) && iof__spin_step(start, i, len, &spun); i++) {
   }
   bool found = work_waits(p);
   pthread_mutex_lock(&p->lock);
   /* A post that saw the spinner did not wake anyone: the caller takes its
    * fiber, or parks only after re-checking the inbox. */
   atomic_store(&p->spinning, 0);
-  return iof__spin_result(&p->spin_policy, found, start);
+  return iof__spin_result(&p->spin_policy, found, start, spun);
 }
 
 static bool must_exit(iof_thread_pool *p) {

@@ -315,14 +315,15 @@ static __thread iof_spin_policy thread_spin
 
 static int64_t spin_for(iof__parker *p) {
   if (!iof__spin_allowed(&thread_spin)) return 0;
-  int64_t start = iof__now_ns(), len = iof__spin_len(&thread_spin);
+  int64_t start = iof__now_ns(), spun = 0;
+  int64_t len = iof__spin_begin(&thread_spin, start);
   bool set = false;
   for (int i = 1;
        !(set = atomic_load_explicit(&p->flag, memory_order_acquire)) &&
-       iof__spin_step(start, i, len);
+       iof__spin_step(start, i, len, &spun);
        i++) {
   }
-  return iof__spin_result(&thread_spin, set, start);
+  return iof__spin_result(&thread_spin, set, start, spun);
 }
 
 static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
