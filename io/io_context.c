@@ -32,6 +32,20 @@ static bool has_ready(iof_io_context *io) {
          atomic_load_explicit(&io->remote_pending, memory_order_acquire);
 }
 
+/* A call from another thread that wakes the loop once the run may
+ * return: the run's owner may destroy io as soon as it sees the change, so
+ * the caller counts itself in remote_posting (which destroy waits for)
+ * before it makes the change, and drops the count once ev_async_send is
+ * done with io. */
+static void remote_wake_begin(iof_io_context *io) {
+  atomic_fetch_add_explicit(&io->remote_posting, 1, memory_order_relaxed);
+}
+
+static void remote_wake_end(iof_io_context *io) {
+  ev_async_send(io->loop, &io->wake);
+  atomic_fetch_sub_explicit(&io->remote_posting, 1, memory_order_release);
+}
+
 void iof__io_enqueue(iof_io_context *io, iof_fiber *h) {
   if (on_loop_thread(io)) {
     iof__q_push(&io->local, h);
@@ -50,14 +64,11 @@ void iof__io_enqueue(iof_io_context *io, iof_fiber *h) {
    * spinning loop block on it: 2.5x slower hops). */
   pthread_mutex_lock(&io->rlock);
   bool wake = !atomic_load_explicit(&io->remote_pending, memory_order_relaxed);
-  if (wake)
-    atomic_fetch_add_explicit(&io->remote_posting, 1, memory_order_relaxed);
+  if (wake) remote_wake_begin(io);
   iof__q_push(&io->remote, h);
   atomic_store_explicit(&io->remote_pending, true, memory_order_release);
   pthread_mutex_unlock(&io->rlock);
-  if (!wake) return;
-  ev_async_send(io->loop, &io->wake);
-  atomic_fetch_sub_explicit(&io->remote_posting, 1, memory_order_release);
+  if (wake) remote_wake_end(io);
 }
 
 static int io_post(const void *ex, iof_fiber *h) {
@@ -84,9 +95,23 @@ void iof__io_work_started(iof_io_context *io) {
 }
 
 void iof__io_work_finished(iof_io_context *io) {
-  if (atomic_fetch_sub_explicit(&io->work, 1, memory_order_acq_rel) == 1 &&
-      !on_loop_thread(io))
+  if (on_loop_thread(io)) {
+    atomic_fetch_sub_explicit(&io->work, 1, memory_order_acq_rel);
+    return;
+  }
+  /* Not the last work: one decrement, nobody to wake. */
+  long w = atomic_load_explicit(&io->work, memory_order_relaxed);
+  while (w > 1)
+    if (atomic_compare_exchange_weak_explicit(
+            &io->work, &w, w - 1, memory_order_acq_rel, memory_order_relaxed))
+      return;
+  /* Likely the last: a blocked run must see it (and may then return and
+   * its owner destroy io). The count is published by the release of the
+   * decrement, which the run's read of the work acquires. */
+  remote_wake_begin(io);
+  if (atomic_fetch_sub_explicit(&io->work, 1, memory_order_acq_rel) == 1)
     ev_async_send(io->loop, &io->wake); /* let a blocked run see it */
+  atomic_fetch_sub_explicit(&io->remote_posting, 1, memory_order_release);
 }
 
 static void io_work_started(const void *ex) {
@@ -565,8 +590,11 @@ int iof_io_context_run_for(iof_io_context *io, int64_t ns) {
 
 void iof_io_context_stop(iof_io_context *io) {
   if (!io) return;
+  /* The run may see the flag and return, and its owner destroy io, before
+   * the wake-up below is sent: counted as a remote post. */
+  remote_wake_begin(io);
   atomic_store(&io->stopped, true);
-  ev_async_send(io->loop, &io->wake);
+  remote_wake_end(io);
 }
 
 bool iof_io_context_stopped(const iof_io_context *io) {

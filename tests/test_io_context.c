@@ -818,6 +818,85 @@ static void pool_chain_pending_op_keeps_io_context_run_alive(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* Calls from other threads that end a run (the last work finished
+ * there, a stop) must be done with the context once the run returns: its
+ * owner destroys it right then. A pool fiber hops in with iof_run and
+ * finishes the context's last work on the pool thread; a thread stops a
+ * run whose fiber yields until then. TSan reports a read of the context
+ * freed by the destroy (ASan only when the caller is preempted there). */
+#define LAST_CALL_ROUNDS 300
+
+typedef struct last_call {
+  iof_io_context *io;
+  iof_work_guard guard;
+  atomic_int hops;
+  atomic_int spinning;
+} last_call;
+
+static int last_call_on_io(void *arg) {
+  last_call *c = arg;
+  atomic_fetch_add(&c->hops, 1);
+  iof_work_guard_reset(&c->guard); /* the iof_run's own count is the last */
+  return 0;
+}
+
+static int last_call_on_pool(void *arg) {
+  last_call *c = arg;
+  return iof_run(iof_io_context_executor(c->io), NULL, last_call_on_io, c);
+}
+
+static int last_call_spinner(void *arg) {
+  last_call *c = arg;
+  atomic_store(&c->spinning, 1);
+  while (!iof_io_context_stopped(c->io)) iof_yield();
+  return 0;
+}
+
+static void *last_call_stopper(void *arg) {
+  last_call *c = arg;
+  if (wait_flag(&c->spinning)) iof_io_context_stop(c->io);
+  return NULL;
+}
+
+static void last_calls_from_other_threads_end_before_destroy(void **state) {
+  (void)state;
+  iof_thread_pool *p = iof_thread_pool_create(1);
+  assert_non_null(p);
+  last_call c;
+  for (int i = 0; i < LAST_CALL_ROUNDS; i++) {
+    memset(&c, 0, sizeof c);
+    c.io = iof_io_context_create();
+    assert_non_null(c.io);
+    iof_executor_ref ex = iof_io_context_executor(c.io);
+    assert_int_equal(iof_work_guard_init(&c.guard, ex), 0);
+    assert_int_equal(
+        iof_launch(iof_thread_pool_executor(p), last_call_on_pool, &c), 0);
+    /* Polled, not run: a run blocked in libev would be woken by the
+     * finish itself (and TSan would see that wake-up order the two). */
+    int ran = 0;
+    while (!atomic_load(&c.hops) || !iof_io_context_stopped(c.io)) {
+      int r = iof_io_context_poll(c.io);
+      assert_true(r >= 0);
+      ran += r;
+    }
+    assert_int_equal(ran, 1);
+    assert_int_equal(atomic_load(&c.hops), 1);
+    assert_int_equal(iof_io_context_destroy(c.io), 0);
+
+    c.io = iof_io_context_create();
+    assert_non_null(c.io);
+    assert_int_equal(
+        iof_launch(iof_io_context_executor(c.io), last_call_spinner, &c), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, last_call_stopper, &c), 0);
+    assert_true(iof_io_context_run(c.io) >= 1);
+    assert_true(atomic_load(&c.spinning));
+    assert_int_equal(iof_io_context_destroy(c.io), 0);
+    pthread_join(t, NULL);
+  }
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
 
 int main(void) {
@@ -837,6 +916,7 @@ int main(void) {
       T(attach_runs_chains_in_host_ev_run),
       T(chain_counts_as_work_until_on_done_and_stack_freed),
       T(pool_chain_pending_op_keeps_io_context_run_alive),
+      T(last_calls_from_other_threads_end_before_destroy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
