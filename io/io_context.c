@@ -478,6 +478,9 @@ static bool spin_for_return(iof_io_context *io, int64_t start, int64_t *spun) {
     if (now - polled > 5000) {
       ev_run(io->loop, EVRUN_NOWAIT);
       polled = now;
+      /* The poll ran a stop's wake-up or run_for's deadline: the run
+       * ends now (its wake-up is spent, libev would not return). */
+      if (atomic_load(&io->stopped) || io->timed_out) break;
     }
   }
   return has_ready(io);
@@ -549,7 +552,10 @@ static int drive(iof_io_context *io, long max_fibers, bool wait,
         int64_t start = iof__now_ns(), spun = 0;
         bool found = spin_for_return(io, start, &spun);
         missed = iof__spin_result(&io->spin_policy, found, start, spun);
-        if (found) continue;
+        /* Found or not, the loop's checks come first: the spin's polls
+         * may have run a stop's wake-up, run_for's deadline or the end
+         * of the work, which the block below would wait for again. */
+        continue;
       }
     }
     if (ready) {

@@ -897,6 +897,82 @@ static void last_calls_from_other_threads_end_before_destroy(void **state) {
   assert_int_equal(iof_thread_pool_destroy(p), 0);
 }
 
+/* A stop, or run_for's deadline, that the run's spin meets: while a fiber
+ * is away in iof_run the run watches for its return and polls libev
+ * meanwhile, which runs the stop's wake-up and the deadline's timer. The
+ * run must still end then, not block in libev until the fiber comes back.
+ * Hops that come back within the spin's reach first make the spins long
+ * (the policy learns from them), so that the spin polls. */
+#define SPIN_END_ROUNDS 5
+
+typedef struct spin_end {
+  iof_io_context *io;
+  iof_thread_pool *pool;
+  bool by_stop;
+  atomic_int release;
+  int trained;
+} spin_end;
+
+static int spin_end_busy(void *arg) {
+  (void)arg;
+  uint64_t t0 = iof_test_now_ns();
+  while (iof_test_now_ns() - t0 < 40000) {
+  }
+  return 0;
+}
+
+static int spin_end_trainer(void *arg) {
+  spin_end *e = arg;
+  for (int i = 0; i < 8; i++)
+    if (iof_run(iof_thread_pool_executor(e->pool), NULL, spin_end_busy, e) == 0)
+      e->trained++;
+  return 0;
+}
+
+static int spin_end_held(void *arg) {
+  spin_end *e = arg;
+  for (int i = 0; i < 1000 && !atomic_load(&e->release); i++) sleep_ms(1);
+  return 0;
+}
+
+static int spin_end_away(void *arg) {
+  spin_end *e = arg;
+  if (e->by_stop) iof_io_context_stop(e->io);
+  return iof_run(iof_thread_pool_executor(e->pool), NULL, spin_end_held, e);
+}
+
+static void stop_and_deadline_end_a_spinning_run(void **state) {
+  (void)state;
+  spin_end e;
+  memset(&e, 0, sizeof e);
+  e.pool = iof_thread_pool_create(1);
+  assert_non_null(e.pool);
+  for (int round = 0; round < 2 * SPIN_END_ROUNDS; round++) {
+    e.by_stop = round % 2 == 0;
+    e.trained = 0;
+    atomic_store(&e.release, 0);
+    e.io = iof_io_context_create();
+    assert_non_null(e.io);
+    iof_executor_ref ex = iof_io_context_executor(e.io);
+    assert_int_equal(iof_launch(ex, spin_end_trainer, &e), 0);
+    assert_true(iof_io_context_run(e.io) >= 1);
+    assert_int_equal(e.trained, 8);
+    assert_int_equal(iof_launch(ex, spin_end_away, &e), 0);
+    uint64_t t0 = iof_test_now_ns();
+    int ran =
+        e.by_stop ? iof_io_context_run(e.io) : iof_io_context_run_for(e.io, 0);
+    int64_t el = ms_since(t0);
+    atomic_store(&e.release, 1);
+    assert_int_equal(ran, 1);
+    /* Not held until the fiber came back (1 s). */
+    assert_true(el < 300);
+    iof_io_context_restart(e.io);
+    assert_true(iof_io_context_run(e.io) >= 1);
+    assert_int_equal(iof_io_context_destroy(e.io), 0);
+  }
+  assert_int_equal(iof_thread_pool_destroy(e.pool), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
 
 int main(void) {
@@ -917,6 +993,7 @@ int main(void) {
       T(chain_counts_as_work_until_on_done_and_stack_freed),
       T(pool_chain_pending_op_keeps_io_context_run_alive),
       T(last_calls_from_other_threads_end_before_destroy),
+      T(stop_and_deadline_end_a_spinning_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
