@@ -325,6 +325,10 @@ static int waiter_wait(iof__fd_op *op, int64_t deadline_ns, bool restart) {
   return r;
 }
 
+int iof__fd_wait_op(iof__fd_op *op, int64_t deadline_ns, bool restart) {
+  return waiter_wait(op, deadline_ns, restart);
+}
+
 int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns) {
   if (!op->fiber) return thread_wait(op->fd, op->events, deadline_ns);
   /* A timeout on the socket makes the call one SA_RESTART does not

@@ -107,6 +107,13 @@ IOF_HIDDEN bool iof__fd_again(iof__fd_op *op);
  * 0 ready, else -errno as iof__fd_again (-ETIMEDOUT at the deadline). */
 IOF_HIDDEN int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns);
 
+/* A fiber's wait through op's slot (op->fiber set) with the caller's
+ * restart rule: 0 ready (or the deadline), -EBADF once compat closed the
+ * number after op->gen was read (the wait never starts on it then), else
+ * -errno. */
+IOF_HIDDEN int iof__fd_wait_op(iof__fd_op *op, int64_t deadline_ns,
+                               bool restart);
+
 /* A wait on a single fd for poll/select/epoll and message queues. 0 ready
  * (or the deadline: the caller checks again), -EBADF when compat closed the
  * number meanwhile (a number it knows is linked to its slot), else -errno.

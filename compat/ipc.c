@@ -29,21 +29,37 @@ static const struct timespec passed = {0, 0};
 
 /* After a try found the queue empty (full): waits for it with the user's
  * absolute CLOCK_REALTIME deadline (abs NULL: none), converted on the
- * first wait into *deadline. 0: try again; else -errno. */
+ * first wait into *deadline. 0: try again; else -errno. s and gen: q's
+ * slot (NULL: beyond the table) and its generation, read before the first
+ * try. */
 static int mq_wait(mqd_t q, int events, const struct timespec *abs,
-                   int64_t *deadline) {
+                   int64_t *deadline, iof__fd_slot *s, unsigned gen) {
   if (abs && *deadline == 0) {
     int r = iof__abs_to_mono(CLOCK_REALTIME, abs, deadline);
     if (r < 0) return r;
   }
   int64_t d = abs ? *deadline : -1;
   if (d >= 0 && iof__now_ns() >= d) return -ETIMEDOUT;
-  /* Known to compat, the descriptor is waited on through its slot: a close
-   * (iof_compat_close, mq_close) ends the wait with EBADF. */
-  iof__fd_slot *s = iof__fd_slot_get(q);
-  if (s && !atomic_load_explicit(&s->flags, memory_order_acquire))
-    (void)iof__fd_learn(q, s);
-  int r = iof__fd_wait_plain(q, events, d, true);
+  if (!s) {
+    int r = iof__fd_wait_plain(q, events, d, true);
+    return r == -ETIMEDOUT ? 0 : r;
+  }
+  /* The wait goes through the slot, with the generation the tries saw: a
+   * close since (iof_compat_close, mq_close; another thread or fiber)
+   * ends it with EBADF, and it never starts on a closed number (libev
+   * aborts on one) nor on the file that took the number next. The slot
+   * learns the queue first if compat did not know it. */
+  if (atomic_load_explicit(&s->gen, memory_order_acquire) != gen) return -EBADF;
+  if (!atomic_load_explicit(&s->flags, memory_order_acquire) &&
+      !iof__fd_learn(q, s))
+    return -EBADF; /* no longer open */
+  iof__fd_op op = {0};
+  op.slot = s;
+  op.fiber = iof__compat_fiber();
+  op.gen = gen;
+  op.fd = q;
+  op.events = events;
+  int r = iof__fd_wait_op(&op, d, true);
   return r == -ETIMEDOUT ? 0 : r; /* the last try decides */
 }
 
@@ -78,6 +94,10 @@ static ssize_t mq_run(const mq_op *o, const struct timespec *abs) {
   }
   int saved = errno;
   int64_t deadline = 0;
+  /* Read before the first try: a close between a try and the wait must
+   * show (see mq_wait). */
+  iof__fd_slot *s = iof__fd_slot_get(o->q);
+  unsigned gen = s ? atomic_load_explicit(&s->gen, memory_order_acquire) : 0;
   for (;;) {
     ssize_t n = mq_try(o, &passed);
     if (n >= 0) {
@@ -85,7 +105,7 @@ static ssize_t mq_run(const mq_op *o, const struct timespec *abs) {
       return n;
     }
     if (errno != ETIMEDOUT) return -1; /* EAGAIN: an O_NONBLOCK queue */
-    r = mq_wait(o->q, o->send ? EV_WRITE : EV_READ, abs, &deadline);
+    r = mq_wait(o->q, o->send ? EV_WRITE : EV_READ, abs, &deadline, s, gen);
     if (r < 0) {
       errno = -r;
       return -1;
