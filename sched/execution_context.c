@@ -45,11 +45,21 @@ void iof_execution_context_shutdown(iof_execution_context *ctx) {
   pthread_mutex_unlock(&ctx->lock);
   for (iof_service *s = list; s; s = s->next)
     if (s->key->shutdown) (s->key->shutdown)(s);
+  /* Walk done (state 3): a destroy waits for it before it frees the
+   * services, also when another thread started the shutdown. */
+  pthread_mutex_lock(&ctx->lock);
+  atomic_store(&ctx->state, 3);
+  pthread_cond_broadcast(&ctx->created);
+  pthread_mutex_unlock(&ctx->lock);
 }
 
 void iof_execution_context_destroy(iof_execution_context *ctx) {
   if (!ctx) return;
   iof_execution_context_shutdown(ctx);
+  pthread_mutex_lock(&ctx->lock);
+  while (atomic_load(&ctx->state) == 1)
+    pthread_cond_wait(&ctx->created, &ctx->lock);
+  pthread_mutex_unlock(&ctx->lock);
   atomic_store(&ctx->state, 2);
   while (ctx->services) {
     iof_service *s = ctx->services;

@@ -516,6 +516,73 @@ context_frame_allocator_never_null_set_affects_later_launches(void **state) {
 
 #define T(f) cmocka_unit_test_setup_teardown(f, arm, disarm)
 
+/* A shutdown started on another thread is finished before a destroy on
+ * the owner's thread frees the services: the destroy waits for the walk
+ * (a service's shutdown that takes 50 ms here), never frees a service
+ * whose shutdown is still running. */
+typedef struct slow_svc {
+  iof_service base;
+  atomic_int in_shutdown, shutdown_done, destroyed_early;
+} slow_svc;
+
+static atomic_int slow_entered;
+
+static iof_service *slow_create(iof_execution_context *ctx) {
+  (void)ctx;
+  slow_svc *s = calloc(1, sizeof *s);
+  return s ? &s->base : NULL;
+}
+
+static void slow_shutdown(iof_service *svc) {
+  slow_svc *s = (slow_svc *)svc;
+  atomic_store(&s->in_shutdown, 1);
+  atomic_store(&slow_entered, 1);
+  struct timespec ts = {0, 50000000};
+  nanosleep(&ts, NULL);
+  atomic_store(&s->shutdown_done, 1);
+}
+
+static atomic_int slow_destroy_ok, slow_destroy_calls;
+
+static void slow_destroy(iof_service *svc) {
+  slow_svc *s = (slow_svc *)svc;
+  atomic_fetch_add(&slow_destroy_calls, 1);
+  atomic_store(&slow_destroy_ok, atomic_load(&s->shutdown_done));
+  free(s);
+}
+
+static const iof_service_key slow_key = {"slow-shutdown", slow_create,
+                                         slow_shutdown, slow_destroy};
+
+static void *shutdown_thread(void *arg) {
+  iof_execution_context_shutdown(arg);
+  return NULL;
+}
+
+static void destroy_waits_for_a_shutdown_on_another_thread(void **state) {
+  (void)state;
+  iof_execution_context *ctx = calloc(1, sizeof *ctx);
+  assert_non_null(ctx);
+  assert_int_equal(iof_execution_context_init(ctx), 0);
+  assert_non_null(iof_use_service(ctx, &slow_key));
+  atomic_store(&slow_entered, 0);
+  atomic_store(&slow_destroy_calls, 0);
+  atomic_store(&slow_destroy_ok, 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, shutdown_thread, ctx), 0);
+  for (int i = 0; i < 5000 && !atomic_load(&slow_entered); i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_true(atomic_load(&slow_entered));
+  assert_true(iof_execution_context_stopping(ctx));
+  iof_execution_context_destroy(ctx); /* while the walk sleeps */
+  assert_int_equal(atomic_load(&slow_destroy_calls), 1);
+  assert_int_equal(atomic_load(&slow_destroy_ok), 1);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  free(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       T(use_service_creates_once_under_8_racing_threads),
@@ -528,6 +595,7 @@ int main(void) {
       T(failed_create_returns_enomem_and_leaves_nothing),
       T(shutdown_runs_each_service_once_in_reverse_order),
       T(destroy_shuts_down_all_then_frees_in_reverse_order),
+      T(destroy_waits_for_a_shutdown_on_another_thread),
       T(new_context_has_no_services),
       T(context_frame_allocator_never_null_set_affects_later_launches),
   };

@@ -108,7 +108,8 @@ struct iof_execution_context {
   pthread_mutex_t lock;
   pthread_cond_t created;
   iof_service *services; /* newest first */
-  IOF_ATOMIC(int) state; /* 0 running, 1 shutting down, 2 shut down */
+  /* 0 running; 1 shutdown's walk running, 3 done; 2 destroyed */
+  IOF_ATOMIC(int) state;
   IOF_ATOMIC(iof_frame_allocator *) frame_allocator; /* NULL: default */
   const void *kind; /* set by built-in contexts (io/ finds its io_context) */
   /* Fibers of this context inside iof_run on another one: they come back
@@ -124,7 +125,8 @@ IOF_API int iof_execution_context_init(iof_execution_context *ctx);
  * call does nothing. */
 IOF_API void iof_execution_context_shutdown(iof_execution_context *ctx);
 
-/* Shuts down if needed, then destroys the services newest first and frees
+/* Shuts down if needed (or waits for a shutdown running on another
+ * thread to finish), then destroys the services newest first and frees
  * what init allocated. The owner drains its fibers between the two calls. */
 IOF_API void iof_execution_context_destroy(iof_execution_context *ctx);
 
