@@ -173,7 +173,7 @@
   X(IO, int, mq_timedsend,                                                     \
     (mqd_t q, const char *m, size_t l, unsigned p, const struct timespec *t),  \
     (q, m, l, p, t))                                                           \
-  X(IO, int, mq_close, (mqd_t q), (q))                                          \
+  X(IO, int, mq_close, (mqd_t q), (q))                                         \
   X(IO, int, semtimedop,                                                       \
     (int i, struct sembuf *o, size_t n, const struct timespec *t),             \
     (i, o, n, t))                                                              \
