@@ -304,6 +304,16 @@ iof_transfer iof__landed(iof_transfer t) {
   return landed_full(t);
 }
 
+/* A switch into a fiber with its own thread-locals, out of line: the
+ * usual switch then makes no call before its tail call and saves no
+ * registers. */
+__attribute__((noinline)) static int switch_tls(iof_thread_state *th,
+                                                iof_fiber *from, iof_fiber *to,
+                                                switch_msg *m) {
+  announce(th, from, to, m->kind);
+  return iof__switch(to->ctx, m);
+}
+
 static inline int switch_to(iof_thread_state *th, iof_fiber *from,
                             iof_fiber *to, int kind, iof_fiber_hook hook,
                             void *arg) {
@@ -313,6 +323,7 @@ static inline int switch_to(iof_thread_state *th, iof_fiber *from,
   m->hook = hook;
   if (hook) m->arg = arg; /* read only with a hook */
   m->kind = kind;
+  if (__builtin_expect(to->tls_on, 0)) return switch_tls(th, from, to, m);
   announce(th, from, to, kind);
   return iof__switch(to->ctx, m);
 }
@@ -501,14 +512,25 @@ int iof_fiber_destroy(iof_fiber *f) {
   return 0;
 }
 
-int iof_fiber_resume(iof_fiber *f) {
-  if (!f || f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
-  if (f->state == IOF_FS_RUNNING || f->queued) return -EBUSY;
-  iof_thread_state *th = iof__thread_fast();
+static inline int resume_on(iof_thread_state *th, iof_fiber *f) {
   iof_fiber *self = th->current;
   f->resumer = self;
   set_state(&f->state, IOF_FS_RUNNING);
   return switch_to(th, self, f, SW_RESUME, NULL, NULL);
+}
+
+/* A thread's first switch; a tail call, so the usual resume saves no
+ * registers. */
+__attribute__((noinline, cold)) static int resume_first(iof_fiber *f) {
+  return resume_on(iof__thread(), f);
+}
+
+int iof_fiber_resume(iof_fiber *f) {
+  if (!f || f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
+  if (f->state == IOF_FS_RUNNING || f->queued) return -EBUSY;
+  iof_thread_state *th = iof__thread_if_ready();
+  if (__builtin_expect(!th, 0)) return resume_first(f);
+  return resume_on(th, f);
 }
 
 int iof__fiber_run(iof_thread_state *th, iof_fiber *f) {
@@ -530,11 +552,22 @@ __attribute__((noinline)) iof_fiber *iof_fiber_current(void) {
   return th->current == &th->root ? NULL : th->current;
 }
 
-static int suspend(iof_fiber_hook hook, void *arg) {
-  iof_thread_state *th = iof__thread_fast();
+static inline int suspend_on(iof_thread_state *th, iof_fiber_hook hook,
+                             void *arg) {
   iof_fiber *self = th->current;
   if (self == &th->root) return -EPERM;
   return switch_to(th, self, self->resumer, SW_SUSPEND, hook, arg);
+}
+
+/* A thread that never ran a fiber: it has none to suspend. */
+__attribute__((noinline, cold)) static int suspend_first(void) {
+  return suspend_on(iof__thread(), NULL, NULL);
+}
+
+static inline int suspend(iof_fiber_hook hook, void *arg) {
+  iof_thread_state *th = iof__thread_if_ready();
+  if (__builtin_expect(!th, 0)) return suspend_first();
+  return suspend_on(th, hook, arg);
 }
 
 int iof__fiber_park(iof_thread_state *th, iof_fiber *self) {

@@ -135,6 +135,18 @@ static inline iof_thread_state *iof__thread_fast(void) {
   return iof__thread();
 }
 
+/* iof__thread_fast, or NULL on a thread whose state is not set up yet (the
+ * caller then calls iof__thread out of line, keeping its fast path free of
+ * calls). */
+static inline iof_thread_state *iof__thread_if_ready(void) {
+#ifdef IOF__HAVE_TLS_ADDR
+  iof_thread_state *th = IOF__TLS_ADDR(iof__tls_state);
+  return __builtin_expect(th->ready, 1) ? th : NULL;
+#else
+  return iof__thread();
+#endif
+}
+
 /* The thread's state if it has run fibers, else NULL; async-signal-safe. */
 IOF_HIDDEN iof_thread_state *iof__thread_peek(void);
 
