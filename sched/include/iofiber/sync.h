@@ -1,5 +1,5 @@
 /* iofiber: synchronization primitives for fibers (and threads): mutex,
- * condition variable, semaphore, event.
+ * read-write lock, condition variable, semaphore, event.
  *
  * Common rules (docs/sync.md has the details):
  * - In a fiber launched by iof_run_async they suspend the fiber, never the
@@ -87,6 +87,63 @@ IOF_API int iof_mutex_trylock(iof_mutex *m);
 /* Unlocks; the first waiter, if any, becomes the owner (woken through its
  * executor). 0; -EINVAL; -EPERM if the caller is not the owner. */
 IOF_API int iof_mutex_unlock(iof_mutex *m);
+
+/* ---- read-write lock -------------------------------------------------- */
+
+/* Shared (read) or exclusive (write) ownership, fair in both directions:
+ * waiters queue in FIFO order, a reader does not pass a writer that
+ * waits, and an unlock that frees the lock hands it to the first writer
+ * in line or to every reader in line before the next writer. So a reader
+ * that reads again while a writer waits waits behind that writer: do not
+ * nest read locks. */
+typedef struct iof_rwlock {
+  pthread_mutex_t lock;
+  void *writer;     /* the holder in write mode, or NULL */
+  unsigned readers; /* holders in read mode */
+  iof__waitq q;
+} iof_rwlock;
+
+#define IOF_RWLOCK_INIT                                                        \
+  {                                                                            \
+    PTHREAD_MUTEX_INITIALIZER, NULL, 0, {                                      \
+      NULL, NULL                                                               \
+    }                                                                          \
+  }
+
+/* Initializes an unlocked lock. 0; -EINVAL on NULL. */
+IOF_API int iof_rwlock_init(iof_rwlock *rw);
+
+/* 0; -EINVAL; -EBUSY while it is held or has waiters (nothing is
+ * destroyed then). */
+IOF_API int iof_rwlock_destroy(iof_rwlock *rw);
+
+/* Takes the lock shared, waiting while a writer holds it or anyone waits.
+ * 0; -EINVAL; -EDEADLK (the caller holds it in write mode); -EAGAIN (too
+ * many readers); -ECANCELED (stop or shutdown; not taken). */
+IOF_API int iof_rwlock_rdlock(iof_rwlock *rw);
+
+/* As rdlock, giving up at `deadline_ns`: -ETIMEDOUT. */
+IOF_API int iof_rwlock_timedrdlock(iof_rwlock *rw, int64_t deadline_ns);
+
+/* rdlock only if that needs no wait: 0; -EBUSY; -EDEADLK; -EAGAIN;
+ * -EINVAL. */
+IOF_API int iof_rwlock_tryrdlock(iof_rwlock *rw);
+
+/* Takes the lock exclusive, waiting while anyone holds it or waits before
+ * the caller. 0; -EINVAL; -EDEADLK (the caller holds it in write mode);
+ * -ECANCELED. */
+IOF_API int iof_rwlock_wrlock(iof_rwlock *rw);
+
+/* As wrlock, giving up at `deadline_ns`: -ETIMEDOUT. */
+IOF_API int iof_rwlock_timedwrlock(iof_rwlock *rw, int64_t deadline_ns);
+
+/* wrlock only if that needs no wait: 0; -EBUSY; -EDEADLK; -EINVAL. */
+IOF_API int iof_rwlock_trywrlock(iof_rwlock *rw);
+
+/* Releases the caller's hold (write mode if it is the writer, else one
+ * read hold) and hands a freed lock on. 0; -EINVAL; -EPERM when it is not
+ * held (or held in write mode by someone else). */
+IOF_API int iof_rwlock_unlock(iof_rwlock *rw);
 
 /* ---- condition variable ----------------------------------------------- */
 
