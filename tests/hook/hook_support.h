@@ -14,4 +14,9 @@ int hook_run_fibers(int n, iof_fn fn, void *arg);
  * 2 outside fibers. */
 unsigned long hook_count(const char *call, int which);
 
+/* A free TCP port on 127.0.0.1 from the kernel, or -errno. A server told to
+ * bind it a moment later can still lose it to another program: callers
+ * retry with a new one. */
+int hook_free_port(void);
+
 #endif
