@@ -34,6 +34,8 @@
 #include <iofiber/io_context.h>
 #include <iofiber/launch.h>
 
+#include "hook_support.h"
+
 #define N 100
 #define BLOCK_MS 200
 
@@ -58,22 +60,6 @@ static const char *redis_server_path(void) {
   return NULL;
 }
 
-/* A free port from the kernel; redis-server binds it a moment later (a
- * race with other programs is retried by the caller). */
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) return -errno;
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int p = -EIO;
-  if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(s, (struct sockaddr *)&a, &l) == 0)
-    p = ntohs(a.sin_port);
-  close(s);
-  return p;
-}
-
 static bool redis_ping(int p) {
   struct timeval tv = {0, 200000};
   redisContext *c = redisConnectWithTimeout("127.0.0.1", p, tv);
@@ -90,7 +76,7 @@ static bool redis_ping(int p) {
 /* Starts redis-server (no persistence) on a free port; 0 or -errno. */
 static int start_redis(const char *exe, pid_t *pid) {
   for (int attempt = 0; attempt < 5; attempt++) {
-    int p = free_port();
+    int p = hook_free_port();
     if (p < 0) return p;
     char ps[16];
     snprintf(ps, sizeof ps, "%d", p);
