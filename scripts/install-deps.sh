@@ -22,6 +22,8 @@ PACKAGES=(
   redis-server
   redis-tools
   libhiredis-dev
+  postgresql
+  libpq-dev
   netcat-openbsd
   unbound
   python3
