@@ -125,8 +125,13 @@ static int finish(iof__unwind *g, int ep, int sfd, int r, int werr, int saved) {
 }
 
 /* Events for an ev_io when poll watches a single fd, 0 when an ev_io
- * cannot express them (POLLPRI, POLLRDHUP, nothing at all). */
+ * cannot express them (POLLPRI, POLLRDHUP, nothing at all). POLLERR, POLLHUP
+ * and POLLNVAL are output only: the kernel ignores them in events and
+ * reports them anyway, and an error or hangup wakes either ev_io, so
+ * callers that ask for them (libpq: POLLIN | POLLERR) keep the single fd
+ * wait instead of a throwaway epoll set per wait. */
 static int single_events(short ev) {
+  ev &= ~(POLLERR | POLLHUP | POLLNVAL);
   if (ev & ~(POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM)) return 0;
   return (ev & (POLLIN | POLLRDNORM) ? EV_READ : 0) |
          (ev & (POLLOUT | POLLWRNORM) ? EV_WRITE : 0);

@@ -3,9 +3,12 @@
  * fed by another fiber; timeouts (in and out of fibers); 500 fds mixing
  * pipes, sockets and a regular file, compared entry by entry with what
  * plain poll says at the same moment; select within FD_SETSIZE; HUP; an
- * epoll fd waited on as a whole. */
+ * epoll fd waited on as a whole; output-only flags in a single fd's
+ * events. */
 #include "compat_io_test.h"
 
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -457,13 +460,84 @@ static void test_poll_ends_on_close(void **s) {
   close(c.nsv[1]);
 }
 
+/* ---- output-only flags in events keep the single fd wait -----------------
+ */
+
+/* libpq polls one socket for POLLIN | POLLERR. POLLERR, POLLHUP and
+ * POLLNVAL are output only, so such a wait is the single fd's: it must not
+ * build a throwaway epoll set, which cost three system calls per wait. */
+
+typedef struct outflags_ctx {
+  int sv[2];
+  int r;
+  short revents;
+  int epolls_before, epolls_during;
+} outflags_ctx;
+
+/* The epoll instances open in this process, from /proc/self/fd. */
+static int count_epoll_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char path[300], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t l = readlink(path, target, sizeof target - 1);
+    if (l <= 0) continue;
+    target[l] = '\0';
+    n += strcmp(target, "anon_inode:[eventpoll]") == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+static int outflags_poller(void *arg) {
+  outflags_ctx *c = arg;
+  struct pollfd f = {c->sv[0], POLLIN | POLLERR | POLLHUP | POLLNVAL, 0};
+  c->r = iof_compat_poll(&f, 1, 5000);
+  c->revents = f.revents;
+  return 0;
+}
+
+static int outflags_checker(void *arg) {
+  outflags_ctx *c = arg;
+  c->epolls_before = count_epoll_fds();
+  iof_compat_usleep(30 * 1000); /* the poller is waiting by now */
+  c->epolls_during = count_epoll_fds();
+  CHECK(iof_compat_write(c->sv[1], "x", 1) == 1);
+  return 0;
+}
+
+static void test_poll_output_flags_single_fd(void **s) {
+  (void)s;
+  outflags_ctx c = {0};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.sv), 0);
+  iof_io_context *io = new_io();
+  launch(io, outflags_checker, &c);
+  launch(io, outflags_poller, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(c.r, 1);
+  assert_int_equal(c.revents, POLLIN);
+  assert_true(c.epolls_before > 0);
+  assert_int_equal(c.epolls_during, c.epolls_before);
+  close(c.sv[0]);
+  close(c.sv[1]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      T(test_timeouts),   T(test_poll_fed_by_fiber),
-      T(test_poll_500),   T(test_select_many),
-      T(test_epoll_wait), T(test_poll_ends_on_close),
+      T(test_timeouts),
+      T(test_poll_fed_by_fiber),
+      T(test_poll_500),
+      T(test_select_many),
+      T(test_epoll_wait),
+      T(test_poll_ends_on_close),
+      T(test_poll_output_flags_single_fd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
