@@ -64,6 +64,7 @@ static atomic_int arrived; /* clients past their connect (ok or not) */
 static pid_t tids[CLIENTS];
 static int64_t sleep_start[N], sleep_end[N];
 static _Atomic(PGcancel *) cancel_for_1;
+static atomic_bool query_1_done, canceller_done;
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -320,25 +321,43 @@ static bool pqcancel_case(PGconn *c, int i) {
   int64_t t0 = now_ms();
   atomic_store(&cancel_for_1, cancel);
   PGresult *r = PQgetResult(c);
+  atomic_store(&query_1_done, true);
   bool ok = expect_cancelled(c, r, t0, i);
   while ((r = PQgetResult(c)) != NULL) PQclear(r);
-  PQfreeCancel(cancel);
+  /* The canceller may still be in PQcancel: a leak beats a use after
+   * free if it never finishes. */
+  for (int64_t end = now_ms() + 10000;
+       !atomic_load(&canceller_done) && now_ms() < end;)
+    usleep(2000);
+  if (atomic_load(&canceller_done)) PQfreeCancel(cancel);
   return ok;
 }
 
-static bool canceller(void) {
+static bool cancel_query_1(void) {
   PGcancel *cancel;
   for (int64_t end = now_ms() + 10000;
        !(cancel = atomic_load(&cancel_for_1));) {
     if (now_ms() >= end) return false;
     usleep(5000);
   }
-  /* Let the query reach the server's pg_sleep first. */
-  usleep(100000);
-  char err[256];
-  if (PQcancel(cancel, err, sizeof err)) return true;
-  fprintf(stderr, "hook_libpq: PQcancel: %s\n", err);
-  return false;
+  /* A cancel request the backend gets before the query cancels nothing
+   * (a loaded machine): sent again until the query ends. */
+  for (int k = 0; k < 40; k++) {
+    usleep(100000);
+    if (atomic_load(&query_1_done)) return true;
+    char err[256];
+    if (!PQcancel(cancel, err, sizeof err)) {
+      fprintf(stderr, "hook_libpq: PQcancel: %s\n", err);
+      return false;
+    }
+  }
+  return atomic_load(&query_1_done);
+}
+
+static bool canceller(void) {
+  bool ok = cancel_query_1();
+  atomic_store(&canceller_done, true);
+  return ok;
 }
 
 static bool run_client(PGconn *c, int i) {
