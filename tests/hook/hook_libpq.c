@@ -5,9 +5,10 @@
  * values, waits until every client is connected, then runs
  * `SELECT pg_sleep(0.2)`. On fibers the 100 sleeps are all in progress at
  * one instant (about 200 ms in all, on one OS thread); a blocked thread
- * would need 100 x 200 ms. Client 0 also has a query cancelled by the
- * server's statement_timeout, and client 1 one cancelled by PQcancel from
- * a 101st client while it waits for the result.
+ * would need 100 x 200 ms. The odd clients connect over TLS (OpenSSL
+ * inside libpq) with a certificate the test makes. Client 0 also has a
+ * query cancelled by the server's statement_timeout, and client 1 one
+ * cancelled by PQcancel from a 101st client while it waits for the result.
  *
  * The same binary runs two ways, like hook_hiredis:
  * - hook linked, main on its thread: it launches the clients as fibers;
@@ -57,10 +58,12 @@ static int port;
 static uid_t run_uid;
 static gid_t run_gid;
 static bool switch_user;
+static bool tls; /* the server has a certificate */
 
 static atomic_int next_index;
 static atomic_int ok_count;
-static atomic_int arrived; /* clients past their connect (ok or not) */
+static atomic_int tls_count; /* clients ok over TLS */
+static atomic_int arrived;   /* clients past their connect (ok or not) */
 static pid_t tids[CLIENTS];
 static int64_t sleep_start[N], sleep_end[N];
 static _Atomic(PGcancel *) cancel_for_1;
@@ -96,14 +99,12 @@ static bool find_bin_dir(void) {
   return best >= 0;
 }
 
-/* fork + exec of bin_dir/argv[0] as the server's user, output appended to
- * the log. The parent death signal is set after the user change (which
+/* fork + exec of exe as the server's user in dir, output appended to the
+ * log. The parent death signal is set after the user change (which
  * clears it): a test killed from outside takes the server down with it
  * (SIGQUIT: postgres' immediate shutdown, which releases its shared
  * memory). */
-static pid_t spawn(char *const argv[]) {
-  char exe[320];
-  snprintf(exe, sizeof exe, "%s/%s", bin_dir, argv[0]);
+static pid_t spawn(const char *exe, char *const argv[]) {
   int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (logfd < 0) return -errno;
   pid_t parent = getpid();
@@ -145,10 +146,13 @@ static bool wait_for(pid_t pid, int ms, int *st) {
   }
 }
 
-static int init_cluster(void) {
-  char *argv[] = {"initdb", "-D", data_dir, "-U",   "postgres",   "-A",
-                  "trust",  "-N", "-E",     "UTF8", "--locale=C", NULL};
-  pid_t pid = spawn(argv);
+static void bin_path(char *buf, size_t len, const char *name) {
+  snprintf(buf, len, "%s/%s", bin_dir, name);
+}
+
+/* Runs exe to its end (bounded); 0 if it succeeded, or -errno. */
+static int run_to_end(const char *exe, char *const argv[]) {
+  pid_t pid = spawn(exe, argv);
   if (pid < 0) return (int)pid;
   child = pid;
   int st = 0;
@@ -162,12 +166,48 @@ static int init_cluster(void) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
 }
 
-static void conninfo(char *buf, size_t len, int p) {
+static int init_cluster(void) {
+  char exe[320];
+  bin_path(exe, sizeof exe, "initdb");
+  char *argv[] = {"initdb", "-D", data_dir, "-U",   "postgres",   "-A",
+                  "trust",  "-N", "-E",     "UTF8", "--locale=C", NULL};
+  return run_to_end(exe, argv);
+}
+
+/* A self-signed certificate for the server's TLS (openssl comes with the
+ * postgresql package, through ssl-cert); without it the test runs
+ * without TLS and says so. The key is the server user's, mode 0600, as
+ * postgres demands. */
+static bool make_certificate(void) {
+  static const char openssl[] = "/usr/bin/openssl";
+  if (access(openssl, X_OK) != 0) return false;
+  char *argv[] = {"openssl",
+                  "req",
+                  "-x509",
+                  "-newkey",
+                  "ec",
+                  "-pkeyopt",
+                  "ec_paramgen_curve:prime256v1",
+                  "-nodes",
+                  "-keyout",
+                  "server.key",
+                  "-out",
+                  "server.crt",
+                  "-days",
+                  "2",
+                  "-subj",
+                  "/CN=127.0.0.1",
+                  NULL};
+  return run_to_end(openssl, argv) == 0;
+}
+
+static void conninfo(char *buf, size_t len, int p, bool with_tls) {
   /* The server's statement_timeout bounds every query of the test. */
   snprintf(buf, len,
            "host=127.0.0.1 port=%d dbname=postgres user=postgres "
-           "connect_timeout=10 options='-c statement_timeout=20000'",
-           p);
+           "connect_timeout=10 sslmode=%s "
+           "options='-c statement_timeout=20000'",
+           p, with_tls ? "require" : "disable");
 }
 
 /* Starts postgres on a free port; waits (bounded) until it accepts
@@ -176,8 +216,11 @@ static int start_server(void) {
   for (int attempt = 0; attempt < 5; attempt++) {
     int p = hook_free_port();
     if (p < 0) return p;
-    char ps[16];
+    char ps[16], cert_opt[128], key_opt[128];
     snprintf(ps, sizeof ps, "%d", p);
+    /* Relative paths would be the data directory's. */
+    snprintf(cert_opt, sizeof cert_opt, "ssl_cert_file=%s/server.crt", dir);
+    snprintf(key_opt, sizeof key_opt, "ssl_key_file=%s/server.key", dir);
     /* Room for the clients, the readiness checks and the cancel request;
      * no fsync, no autovacuum: a throwaway cluster. */
     char *argv[] = {"postgres",
@@ -199,12 +242,20 @@ static int start_server(void) {
                     "fsync=off",
                     "-c",
                     "autovacuum=off",
+                    "-c",
+                    tls ? "ssl=on" : "ssl=off",
+                    "-c",
+                    cert_opt,
+                    "-c",
+                    key_opt,
                     NULL};
-    pid_t pid = spawn(argv);
+    char exe[320];
+    bin_path(exe, sizeof exe, "postgres");
+    pid_t pid = spawn(exe, argv);
     if (pid < 0) return (int)pid;
     child = pid;
     char ci[256];
-    conninfo(ci, sizeof ci, p);
+    conninfo(ci, sizeof ci, p, false);
     for (int64_t end = now_ms() + 20000; now_ms() < end;) {
       if (PQping(ci) == PQPING_OK) {
         port = p;
@@ -398,8 +449,10 @@ static void client(int i) {
     if (canceller()) atomic_fetch_add(&ok_count, 1);
     return;
   }
+  /* The odd clients' traffic goes through OpenSSL. */
+  bool with_tls = tls && i % 2;
   char ci[256];
-  conninfo(ci, sizeof ci, port);
+  conninfo(ci, sizeof ci, port, with_tls);
   PGconn *c = PQconnectdb(ci);
   if (PQstatus(c) != CONNECTION_OK) {
     fprintf(stderr, "hook_libpq: client %d: connect: %s", i, PQerrorMessage(c));
@@ -407,7 +460,9 @@ static void client(int i) {
     wait_for_all();
     return;
   }
-  bool ok = run_client(c, i);
+  bool ok = PQsslInUse(c) == with_tls;
+  if (!ok) fprintf(stderr, "hook_libpq: client %d: TLS is not as asked\n", i);
+  ok = ok && run_client(c, i);
   wait_for_all();
   if (ok) {
     sleep_start[i] = now_ms();
@@ -420,6 +475,7 @@ static void client(int i) {
   if (ok && i == 0) ok = statement_timeout_case(c, i);
   if (ok && i == 1) ok = pqcancel_case(c, i);
   if (ok) atomic_fetch_add(&ok_count, 1);
+  if (ok && with_tls) atomic_fetch_add(&tls_count, 1);
   PQfinish(c);
 }
 
@@ -493,6 +549,7 @@ int main(void) {
   int64_t t_init = now_ms();
   int r = init_cluster();
   if (r < 0) return fail("initdb", -r);
+  tls = make_certificate();
   int64_t t_start = now_ms();
   r = start_server();
   if (r < 0) return fail("postgres", -r);
@@ -532,18 +589,21 @@ int main(void) {
     blocked += b == ~0ul ? 0 : b;
   }
   int ok = atomic_load(&ok_count);
-  printf("hook_libpq: %s: %d/%d clients ok in %lld ms; the %d pg_sleep(0.2) "
-         "%s, in %lld ms; %d distinct OS thread(s), %lu blocking call(s); "
-         "initdb %lld ms, server start %lld ms, stop %lld ms\n",
+  printf("hook_libpq: %s: %d/%d clients ok (%d over TLS%s) in %lld ms; the "
+         "%d pg_sleep(0.2) %s, in %lld ms; %d distinct OS thread(s), %lu "
+         "blocking call(s); initdb %lld ms, server start %lld ms, stop %lld "
+         "ms\n",
          under_run ? "iofiber-run" : "hook linked", ok, CLIENTS,
-         (long long)elapsed, N, overlap ? "overlapped" : "did NOT overlap",
-         (long long)sleeps_ms, distinct, blocked, (long long)(t_start - t_init),
+         atomic_load(&tls_count),
+         tls ? "" : ": no openssl to make a certificate", (long long)elapsed, N,
+         overlap ? "overlapped" : "did NOT overlap", (long long)sleeps_ms,
+         distinct, blocked, (long long)(t_start - t_init),
          (long long)(t0 - t_start), (long long)stop_ms);
   /* iofiber-run --threads K spreads the "threads" over K io threads. */
   const char *th = getenv("IOF_THREADS");
   int io_threads = under_run && th && atoi(th) > 0 ? atoi(th) : 1;
-  bool pass = ok == CLIENTS && overlap && sleeps_ms >= SLEEP_MS - 10 &&
-              sleeps_ms < 5000 && elapsed < 20000 && distinct <= io_threads &&
-              blocked == 0;
+  bool pass = ok == CLIENTS && atomic_load(&tls_count) == (tls ? N / 2 : 0) &&
+              overlap && sleeps_ms >= SLEEP_MS - 10 && sleeps_ms < 5000 &&
+              elapsed < 20000 && distinct <= io_threads && blocked == 0;
   return pass ? 0 : 1;
 }
