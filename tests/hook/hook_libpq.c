@@ -4,11 +4,12 @@
  * its own connection with PQconnectdb, checks a parameterized query's
  * values, waits until every client is connected, then runs
  * `SELECT pg_sleep(0.2)`. On fibers the 100 sleeps are all in progress at
- * one instant (about 200 ms in all, on one OS thread); a blocked thread
- * would need 100 x 200 ms. The odd clients connect over TLS (OpenSSL
- * inside libpq) with a certificate the test makes. Client 0 also has a
- * query cancelled by the server's statement_timeout, and client 1 one
- * cancelled by PQcancel from a 101st client while it waits for the result.
+ * one instant (0.3 to 0.4 s from the first start to the last end, on one
+ * OS thread); a blocked thread would need 100 x 200 ms. The odd clients
+ * connect over TLS (OpenSSL inside libpq) with a certificate the test
+ * makes. Client 0 also has a query cancelled by the server's
+ * statement_timeout, and client 1 one cancelled by PQcancel from a 101st
+ * client while it waits for the result.
  *
  * The same binary runs two ways, like hook_hiredis:
  * - hook linked, main on its thread: it launches the clients as fibers;
