@@ -40,7 +40,9 @@ int main(void) {
   char line[128] = "";
   CHECK(f && fgets(line, sizeof line, f) && !strcmp(line, "slow output\n"),
         "the command's output");
-  CHECK(atomic_load(&ticks) - t0 >= 15, "the ticker ran while main read");
+  /* About 50 ticks in the command's 100 ms; a read holding the OS thread
+   * leaves one at most. 5 leaves room for a loaded machine's slow wakes. */
+  CHECK(atomic_load(&ticks) - t0 >= 5, "the ticker ran while main read");
   int st = f ? pclose(f) : -1;
   CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 4,
         "pclose gives the exit status");
