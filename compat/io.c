@@ -286,30 +286,38 @@ ssize_t iof_compat_sendto(int fd, const void *buf, size_t n, int flags,
 
 #define IOF__IOV_COPY 64
 
+static ssize_t putv_once(int fd, const struct msghdr *msg, int flags,
+                         bool is_sendmsg) {
+  return is_sendmsg ? iof__libc.sendmsg(fd, msg, flags)
+                    : iof__libc.writev(fd, msg->msg_iov, (int)msg->msg_iovlen);
+}
+
 /* writev/sendmsg: as put_all over an iovec (copied to advance it; beyond
  * IOF__IOV_COPY entries a partial write is returned as is). Control data
- * goes with the first piece only. */
+ * goes with the first piece only. For writev, msg is the shim's own
+ * header around the caller's vector; for sendmsg it is the caller's. */
 static ssize_t putv_all(int fd, const struct msghdr *msg, int flags,
                         bool is_sendmsg) {
-  /* The loop below walks the vector itself: a vector the kernel would
-   * refuse (EFAULT/EINVAL) goes to it untouched instead. */
-  if ((!msg->msg_iov && msg->msg_iovlen) || msg->msg_iovlen > IOV_MAX)
-    return is_sendmsg
-               ? iof__libc.sendmsg(fd, msg, flags)
-               : iof__libc.writev(fd, msg->msg_iov, (int)msg->msg_iovlen);
   iof__fd_op op;
   if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE))
-    return is_sendmsg
-               ? iof__libc.sendmsg(fd, msg, flags)
-               : iof__libc.writev(fd, msg->msg_iov, (int)msg->msg_iovlen);
+    return putv_once(fd, msg, flags, is_sendmsg);
+  /* The first try hands the caller's header and vector to the kernel
+   * untouched: one it cannot read (a wild pointer) or refuses fails with
+   * the plain call's EFAULT/EINVAL/EMSGSIZE, never a fault here. Once it
+   * has taken bytes it has copied both in: they are readable, and the
+   * walk below may read them. */
+  const struct msghdr *cur = msg;
   struct iovec v[IOF__IOV_COPY];
-  struct msghdr m = *msg;
-  size_t total = 0;
-  for (size_t i = 0; i < msg->msg_iovlen; i++) total += msg->msg_iov[i].iov_len;
-  size_t done = 0;
+  struct msghdr m;
+  size_t total = 0, done = 0;
+  bool walked = false; /* total summed from the caller's vector */
   for (;;) {
-    ssize_t r = is_sendmsg ? iof__libc.sendmsg(fd, &m, flags)
-                           : iof__libc.writev(fd, m.msg_iov, (int)m.msg_iovlen);
+    ssize_t r = putv_once(fd, cur, flags, is_sendmsg);
+    if (r >= 0 && !walked) {
+      for (size_t i = 0; i < msg->msg_iovlen; i++)
+        total += msg->msg_iov[i].iov_len;
+      walked = true;
+    }
     if (r >= 0) {
       done += (size_t)r;
       if (done >= total || msg->msg_iovlen > IOF__IOV_COPY)
@@ -323,10 +331,12 @@ static ssize_t putv_all(int fd, const struct msghdr *msg, int flags,
         v[cnt].iov_len -= skip;
         skip = 0;
       }
+      m = *msg;
       m.msg_iov = v;
       m.msg_iovlen = cnt;
       m.msg_control = NULL;
       m.msg_controllen = 0;
+      cur = &m;
       continue;
     }
     if (!iof__fd_again(&op)) {
@@ -346,7 +356,6 @@ ssize_t iof_compat_writev(int fd, const struct iovec *iov, int cnt) {
 }
 
 ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags) {
-  if (!msg) return iof__libc.sendmsg(fd, msg, flags);
   return putv_all(fd, msg, flags, true);
 }
 
