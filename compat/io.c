@@ -203,6 +203,16 @@ ssize_t iof_compat_recvmsg(int fd, struct msghdr *msg, int flags) {
   IOF__BLOCKING(fd, EV_READ, iof__libc.recvmsg(fd, msg, flags));
 }
 
+/* MSG_WAITALL waits for the whole buffer only on a byte stream: a
+ * datagram or seqpacket socket's call returns its one message however
+ * short (udp(7), unix(7)), so looping there would wait for a second. */
+static bool is_byte_stream(int fd) {
+  int type = 0;
+  socklen_t len = sizeof type;
+  return iof__libc.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+         type == SOCK_STREAM;
+}
+
 ssize_t iof_compat_recvfrom(int fd, void *buf, size_t n, int flags,
                             struct sockaddr *addr, socklen_t *len) {
   if (flags & IOF__RECV_NOWAIT)
@@ -212,11 +222,12 @@ ssize_t iof_compat_recvfrom(int fd, void *buf, size_t n, int flags,
     return iof__libc.recvfrom(fd, buf, n, flags, addr, len);
   /* MSG_WAITALL on a non-blocking socket stops at what is there: keep
    * going until the blocking call would have returned. */
+  bool waitall = (flags & MSG_WAITALL) && is_byte_stream(fd);
   size_t got = 0;
   for (;;) {
     ssize_t r =
         iof__libc.recvfrom(fd, (char *)buf + got, n - got, flags, addr, len);
-    if (r > 0 && (flags & MSG_WAITALL)) {
+    if (r > 0 && waitall) {
       got += (size_t)r;
       if (got < n) continue;
       return (ssize_t)got;

@@ -1075,6 +1075,40 @@ static void compat_wild_vectors(void **state) {
   both_ways(wild_vector_calls);
 }
 
+/* MSG_WAITALL on message sockets: one datagram (or seqpacket record) is
+ * the whole answer, however short; the call must not wait for another. */
+static int waitall_message_calls(void *arg) {
+  (void)arg;
+  int u = iof_compat_socket(AF_INET, SOCK_DGRAM, 0);
+  int c = iof_compat_socket(AF_INET, SOCK_DGRAM, 0);
+  CHECK_EQ(u >= 0 && c >= 0, 1);
+  struct sockaddr_in sin = {0};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_EQ(bind(u, (struct sockaddr *)&sin, sizeof sin), 0);
+  socklen_t sl = sizeof sin;
+  CHECK_EQ(getsockname(u, (struct sockaddr *)&sin, &sl), 0);
+  char buf[64];
+  CHECK_EQ(
+      iof_compat_sendto(c, "hello", 5, 0, (struct sockaddr *)&sin, sizeof sin),
+      5);
+  CHECK_EQ(iof_compat_recv(u, buf, sizeof buf, MSG_WAITALL), 5);
+  int sp[2];
+  CHECK_EQ(iof_compat_socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sp), 0);
+  CHECK_EQ(iof_compat_write(sp[1], "abc", 3), 3);
+  CHECK_EQ(iof_compat_recv(sp[0], buf, sizeof buf, MSG_WAITALL), 3);
+  CHECK_EQ(iof_compat_close(u), 0);
+  CHECK_EQ(iof_compat_close(c), 0);
+  CHECK_EQ(iof_compat_close(sp[0]), 0);
+  CHECK_EQ(iof_compat_close(sp[1]), 0);
+  return 0;
+}
+
+static void compat_waitall_on_messages(void **state) {
+  (void)state;
+  both_ways(waitall_message_calls);
+}
+
 static void compat_main_bad_arguments(void **state) {
   (void)state;
   assert_int_equal(iof_main(NULL, NULL), -EINVAL);
@@ -1108,6 +1142,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_main_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_wild_vectors, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_waitall_on_messages, reset,
+                                      disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
