@@ -4,6 +4,7 @@
  * waiting); begin says when the plain call is already exact. */
 #include <iofiber/compat_io.h>
 
+#include "compat/backoff.h"
 #include "compat/fd_table.h"
 
 #include <errno.h>
@@ -213,6 +214,39 @@ static bool is_byte_stream(int fd) {
          type == SOCK_STREAM;
 }
 
+/* The peer has sent its last byte (or the connection failed): a short
+ * peek is all the stream will ever hold. */
+static bool stream_ended(int fd) {
+  struct pollfd p = {fd, POLLRDHUP, 0};
+  return iof__libc.poll(&p, 1, 0) == 1 &&
+         (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* recv(MSG_PEEK | MSG_WAITALL) on a byte stream: each peek starts at the
+ * head of the queue again, so the bytes are not added up; the peek is
+ * repeated until it sees all n bytes or the stream's end. While some
+ * bytes are queued the fd stays readable and nothing announces more:
+ * pauses (50 us doubling to 5 ms) between the tries. A pause ended by a
+ * handler or a cancellation returns the short peek, as the kernel returns
+ * what it copied when a signal ends its wait. */
+static ssize_t peek_all(iof__fd_op *op, int fd, void *buf, size_t n, int flags,
+                        struct sockaddr *addr, socklen_t *len, ssize_t r) {
+  iof__backoff b;
+  if (op->fiber)
+    iof__backoff_init(&b, op->fiber, 50000, 5000000, true);
+  else
+    iof__backoff_init_quiet(&b, 50000, 5000000);
+  int saved = errno;
+  while ((size_t)r < n && !stream_ended(fd) &&
+         iof__backoff_pause(&b, INT64_MAX) == 0) {
+    ssize_t again = iof__libc.recvfrom(fd, buf, n, flags, addr, len);
+    if (again < (ssize_t)r) break; /* another reader took bytes, or failed */
+    r = again;
+  }
+  errno = saved;
+  return r;
+}
+
 ssize_t iof_compat_recvfrom(int fd, void *buf, size_t n, int flags,
                             struct sockaddr *addr, socklen_t *len) {
   if (flags & IOF__RECV_NOWAIT)
@@ -227,6 +261,8 @@ ssize_t iof_compat_recvfrom(int fd, void *buf, size_t n, int flags,
   for (;;) {
     ssize_t r =
         iof__libc.recvfrom(fd, (char *)buf + got, n - got, flags, addr, len);
+    if (r > 0 && waitall && (flags & MSG_PEEK))
+      return peek_all(&op, fd, buf, n, flags, addr, len, r);
     if (r > 0 && waitall) {
       got += (size_t)r;
       if (got < n) continue;

@@ -1109,6 +1109,50 @@ static void compat_waitall_on_messages(void **state) {
   both_ways(waitall_message_calls);
 }
 
+/* MSG_PEEK | MSG_WAITALL on a stream: the first n bytes of the stream,
+ * waited for as the blocking call does, not the head peeked again and
+ * again into the rest of the buffer; the stream's end ends it short. */
+static int peek_fds[2];
+
+static int peek_writer(void *arg) {
+  (void)arg;
+  iof_sleep_for(30 * MS);
+  CHECK_EQ(iof_compat_write(peek_fds[1], "def", 3), 3);
+  iof_sleep_for(30 * MS);
+  CHECK_EQ(iof_compat_write(peek_fds[1], "ghij", 4), 4);
+  iof_sleep_for(30 * MS);
+  CHECK_EQ(iof_compat_shutdown(peek_fds[1], SHUT_WR), 0);
+  return 0;
+}
+
+static int peek_reader(void *arg) {
+  (void)arg;
+  char buf[16] = {0};
+  CHECK_EQ(iof_compat_write(peek_fds[1], "abc", 3), 3);
+  CHECK_EQ(iof_compat_recv(peek_fds[0], buf, 8, MSG_PEEK | MSG_WAITALL), 8);
+  CHECK_EQ(memcmp(buf, "abcdefgh", 8), 0);
+  memset(buf, 0, sizeof buf);
+  CHECK_EQ(iof_compat_recv(peek_fds[0], buf, 16, MSG_PEEK | MSG_WAITALL), 10);
+  CHECK_EQ(memcmp(buf, "abcdefghij", 10), 0);
+  CHECK_EQ(iof_compat_recv(peek_fds[0], buf, 16, MSG_WAITALL), 10);
+  CHECK_EQ(memcmp(buf, "abcdefghij", 10), 0);
+  return 0;
+}
+
+static void compat_peek_waitall(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, peek_fds), 0);
+  launch(io, peek_reader, NULL);
+  launch(io, peek_writer, NULL);
+  run_all(io);
+  assert_int_equal(iof_compat_close(peek_fds[0]), 0);
+  assert_int_equal(iof_compat_close(peek_fds[1]), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 static void compat_main_bad_arguments(void **state) {
   (void)state;
   assert_int_equal(iof_main(NULL, NULL), -EINVAL);
@@ -1144,6 +1188,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_wild_vectors, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_waitall_on_messages, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(compat_peek_waitall, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
