@@ -199,11 +199,6 @@ ssize_t iof_compat_readv(int fd, const struct iovec *iov, int cnt) {
  * readability would spin: the data queue may be readable, or a HUP). */
 #define IOF__RECV_NOWAIT (MSG_DONTWAIT | MSG_ERRQUEUE)
 
-ssize_t iof_compat_recvmsg(int fd, struct msghdr *msg, int flags) {
-  if (flags & IOF__RECV_NOWAIT) return iof__libc.recvmsg(fd, msg, flags);
-  IOF__BLOCKING(fd, EV_READ, iof__libc.recvmsg(fd, msg, flags));
-}
-
 /* MSG_WAITALL waits for the whole buffer only on a byte stream: a
  * datagram or seqpacket socket's call returns its one message however
  * short (udp(7), unix(7)), so looping there would wait for a second. */
@@ -212,6 +207,62 @@ static bool is_byte_stream(int fd) {
   socklen_t len = sizeof type;
   return iof__libc.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
          type == SOCK_STREAM;
+}
+
+#define IOF__IOV_READ 64
+
+/* recvmsg(MSG_WAITALL) on a byte stream after a first read of `got`
+ * bytes: the rest of the caller's vector (copied to advance it; beyond
+ * IOF__IOV_READ entries the first read is returned as is), as the
+ * blocking call fills it. The name and control data came with the first
+ * read. The kernel has read the vector by now: it is the caller's. */
+static ssize_t recvmsg_rest(iof__fd_op *op, int fd, struct msghdr *msg,
+                            int flags, size_t got) {
+  size_t total = 0;
+  for (size_t i = 0; i < msg->msg_iovlen; i++) total += msg->msg_iov[i].iov_len;
+  if (got >= total || msg->msg_iovlen > IOF__IOV_READ) return (ssize_t)got;
+  struct iovec v[IOF__IOV_READ];
+  for (;;) {
+    size_t skip = got, k = 0, cnt = 0;
+    while (skip >= msg->msg_iov[k].iov_len) skip -= msg->msg_iov[k++].iov_len;
+    for (; k < msg->msg_iovlen; k++, cnt++) {
+      v[cnt] = msg->msg_iov[k];
+      v[cnt].iov_base = (char *)v[cnt].iov_base + skip;
+      v[cnt].iov_len -= skip;
+      skip = 0;
+    }
+    struct msghdr m = {0};
+    m.msg_iov = v;
+    m.msg_iovlen = cnt;
+    ssize_t r = iof__libc.recvmsg(fd, &m, flags);
+    if (r > 0) {
+      msg->msg_flags |= m.msg_flags;
+      got += (size_t)r;
+      if (got >= total) return (ssize_t)got;
+      continue;
+    }
+    if (r == 0) return (ssize_t)got; /* the end of the stream */
+    if (!iof__fd_again(op)) {
+      errno = op->saved_errno;
+      return (ssize_t)got;
+    }
+  }
+}
+
+ssize_t iof_compat_recvmsg(int fd, struct msghdr *msg, int flags) {
+  if (flags & IOF__RECV_NOWAIT) return iof__libc.recvmsg(fd, msg, flags);
+  iof__fd_op op;
+  if (!iof__fd_begin(&op, fd, EV_READ))
+    return iof__libc.recvmsg(fd, msg, flags);
+  /* MSG_WAITALL: as recvfrom's, the rest of the buffer on a byte stream
+   * (a peek returns what the first try saw). */
+  bool waitall =
+      (flags & (MSG_WAITALL | MSG_PEEK)) == MSG_WAITALL && is_byte_stream(fd);
+  for (;;) {
+    ssize_t r = iof__libc.recvmsg(fd, msg, flags);
+    if (r > 0 && waitall) return recvmsg_rest(&op, fd, msg, flags, (size_t)r);
+    if (r >= 0 || !iof__fd_again(&op)) return r;
+  }
 }
 
 /* The peer has sent its last byte (or the connection failed): a short

@@ -1153,6 +1153,56 @@ static void compat_peek_waitall(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* recvmsg(MSG_WAITALL) on a stream: the whole vector, filled across the
+ * writer's pieces as the blocking call fills it; the stream's end ends it
+ * short. */
+static int rmsg_fds[2];
+
+static int rmsg_writer(void *arg) {
+  (void)arg;
+  static const char *const pieces[] = {"de", "fgh", "ij", "klm"};
+  for (int i = 0; i < 4; i++) {
+    iof_sleep_for(20 * MS);
+    CHECK_EQ(iof_compat_write(rmsg_fds[1], pieces[i], strlen(pieces[i])),
+             (long long)strlen(pieces[i]));
+  }
+  iof_sleep_for(20 * MS);
+  CHECK_EQ(iof_compat_shutdown(rmsg_fds[1], SHUT_WR), 0);
+  return 0;
+}
+
+static int rmsg_reader(void *arg) {
+  (void)arg;
+  char a[4] = {0}, b[6] = {0};
+  CHECK_EQ(iof_compat_write(rmsg_fds[1], "abc", 3), 3);
+  struct iovec v[2] = {{a, 4}, {b, 4}};
+  struct msghdr m = {0};
+  m.msg_iov = v;
+  m.msg_iovlen = 2;
+  CHECK_EQ(iof_compat_recvmsg(rmsg_fds[0], &m, MSG_WAITALL), 8);
+  CHECK_EQ(memcmp(a, "abcd", 4), 0);
+  CHECK_EQ(memcmp(b, "efgh", 4), 0);
+  v[1].iov_len = 6;
+  CHECK_EQ(iof_compat_recvmsg(rmsg_fds[0], &m, MSG_WAITALL), 5);
+  CHECK_EQ(memcmp(a, "ijkl", 4), 0);
+  CHECK_EQ(b[0], 'm');
+  return 0;
+}
+
+static void compat_recvmsg_waitall(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, rmsg_fds), 0);
+  launch(io, rmsg_reader, NULL);
+  launch(io, rmsg_writer, NULL);
+  run_all(io);
+  assert_int_equal(iof_compat_close(rmsg_fds[0]), 0);
+  assert_int_equal(iof_compat_close(rmsg_fds[1]), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 static void compat_main_bad_arguments(void **state) {
   (void)state;
   assert_int_equal(iof_main(NULL, NULL), -EINVAL);
@@ -1189,6 +1239,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_waitall_on_messages, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_peek_waitall, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_recvmsg_waitall, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
