@@ -48,6 +48,9 @@ typedef struct tls_dtor {
 } tls_dtor;
 
 struct iof__cthread {
+  /* First: a record taken from the spares is cleared after it (the lock
+   * may be held by a caller with a stale id at that moment). */
+  atomic_int lk;
   void *(*fn)(void *);
   void *arg;
   void *ret;        /* before it runs: a name given meanwhile (malloc'd) */
@@ -55,10 +58,10 @@ struct iof__cthread {
   iof_fiber *fiber; /* while it runs (under lk) */
   void (*on_end)(void *ret);
   iof__tls_area *tls; /* its thread-locals, or NULL (the OS thread's) */
-  atomic_int lk;
-  uint32_t stack; /* at most IOF_FIBER_STACK_MAX */
+  uint32_t stack;     /* at most IOF_FIBER_STACK_MAX */
   /* Under lk. Bit-fields: the record's size is documented. */
   bool done : 1, detached : 1, joining : 1;
+  bool retired : 1;        /* joined, or ended detached: a spare (below) */
   bool intr_restart : 1;   /* intr_op is one SA_RESTART restarts */
   bool cancel_pending : 1; /* pthread_cancel came */
   bool sigwaiting : 1;     /* in the sigwait family: any pthread_kill ends
@@ -77,6 +80,49 @@ struct iof__cthread {
 _Static_assert(sizeof(struct iof__cthread) <= 112, "join record size");
 
 static atomic_long live_threads;
+
+/* Records are never given back to malloc: a retired one (joined, or
+ * detached and ended) goes to the spares, which pthread_create takes from
+ * first. A stale id (a second join, pthread_kill(t, 0) on a thread that
+ * was joined or ended detached) then still names a record: the calls find
+ * it retired under its lock and answer ESRCH, as glibc does for the
+ * descriptors it caches, instead of reading freed memory. An id that a
+ * later thread reuses names that thread, as a reused tid does. The spares
+ * number at most the peak of records alive at once. Linked through arg. */
+static atomic_int spares_lk;
+static iof__cthread *spares;
+
+static void record_retire(iof__cthread *t) {
+  iof__lk_lock(&t->lk);
+  t->retired = true;
+  iof__lk_unlock(&t->lk);
+  iof__lk_lock(&spares_lk);
+  t->arg = spares;
+  spares = t;
+  iof__lk_unlock(&spares_lk);
+}
+
+/* A cleared record: a spare (cleared under its lock, which a stale caller
+ * may hold) or a new one. */
+static iof__cthread *record_new(void) {
+  iof__lk_lock(&spares_lk);
+  iof__cthread *t = spares;
+  if (t) spares = t->arg;
+  iof__lk_unlock(&spares_lk);
+  if (!t) return calloc(1, sizeof *t);
+  iof__lk_lock(&t->lk);
+  memset((char *)t + sizeof t->lk, 0, sizeof *t - sizeof t->lk);
+  iof__lk_unlock(&t->lk);
+  return t;
+}
+
+/* Whether the id is stale: its record was retired. */
+static bool record_retired(iof__cthread *t) {
+  iof__lk_lock(&t->lk);
+  bool r = t->retired;
+  iof__lk_unlock(&t->lk);
+  return r;
+}
 static void (*_Atomic idle_hook)(void);
 
 long iof__cthread_live(void) {
@@ -140,7 +186,7 @@ static void thread_freed(void *user, int status) {
   iof__wnode *n = iof__wq_claim_first(&t->joiner, 0);
   iof__lk_unlock(&t->lk);
   if (det)
-    free(t);
+    record_retire(t);
   else if (n)
     iof__cwait_wake(n->w); /* t belongs to the joiner from here */
   if (atomic_fetch_sub(&live_threads, 1) == 1) {
@@ -229,14 +275,14 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
                        void *(*fn)(void *), void *arg,
                        void (*on_end)(void *ret), pthread_t *out) {
   iof_frame_allocator *alloc = class_allocator(&stack);
-  iof__cthread *t = calloc(1, sizeof *t);
+  iof__cthread *t = record_new();
   if (!t) return -ENOMEM;
   /* main (no fiber yet) keeps the values the OS thread has, and gives
    * them back at iof_main's end; a thread created later starts from the
    * initial ones, as a new thread does. */
   bool is_main = iof__cthr_fiber() == NULL;
   if (iof__tls_area_new(is_main, &t->tls) < 0) {
-    free(t);
+    record_retire(t);
     return -ENOMEM;
   }
   t->fn = fn;
@@ -256,7 +302,7 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
   if (r < 0) {
     atomic_fetch_sub(&live_threads, 1);
     if (t->tls) iof__tls_area_free(t->tls);
-    free(t);
+    record_retire(t);
   } else if (is_main && t->tls) {
     /* main's context is not running yet (iof_main runs it next). */
     iof__tls_area_ref(t->tls);
@@ -602,6 +648,10 @@ static int join(pthread_t thread, void **retval, int64_t deadline_ns,
   if (t == self_record()) return EDEADLK;
   iof__cthread_testcancel(); /* a cancellation point, even if t is done */
   iof__lk_lock(&t->lk);
+  if (t->retired) {
+    iof__lk_unlock(&t->lk);
+    return ESRCH;
+  }
   if (t->detached || t->joining) {
     iof__lk_unlock(&t->lk);
     return EINVAL;
@@ -630,7 +680,7 @@ static int join(pthread_t thread, void **retval, int64_t deadline_ns,
     }
   }
   if (retval) *retval = t->ret;
-  free(t);
+  record_retire(t);
   return 0;
 }
 
@@ -658,14 +708,15 @@ int iof_compat_pthread_detach(pthread_t thread) {
   iof__cthread *t = record_of(thread);
   if (!t) return iof__libc.pthread_detach(thread);
   iof__lk_lock(&t->lk);
-  if (t->detached || t->joining) {
+  if (t->retired || t->detached || t->joining) {
+    int e = t->retired ? ESRCH : EINVAL;
     iof__lk_unlock(&t->lk);
-    return EINVAL;
+    return e;
   }
   t->detached = true;
   bool done = t->done;
   iof__lk_unlock(&t->lk);
-  if (done) free(t);
+  if (done) record_retire(t);
   return 0;
 }
 
@@ -705,8 +756,11 @@ int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
   char *early = malloc(n + 1);
   if (!early) return ENOMEM;
   memcpy(early, name, n + 1);
+  int r = 0;
   iof__lk_lock(&t->lk);
-  if (t->fiber) {
+  if (t->retired) {
+    r = ESRCH;
+  } else if (t->fiber) {
     iof_fiber_set_name(t->fiber, name);
   } else if (!t->done) {
     char *old = t->ret;
@@ -715,7 +769,7 @@ int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
   }
   iof__lk_unlock(&t->lk);
   free(early);
-  return 0;
+  return r;
 }
 
 int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
@@ -727,7 +781,7 @@ int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
                   : !t->done && t->ret ? (const char *)t->ret
                                        : "";
   size_t l = strlen(n);
-  int r = l < len ? 0 : ERANGE;
+  int r = t->retired ? ESRCH : l < len ? 0 : ERANGE;
   if (!r) memcpy(buf, n, l + 1);
   iof__lk_unlock(&t->lk);
   return r;
@@ -794,6 +848,7 @@ int iof_compat_pthread_kill(pthread_t thread, int sig) {
   if (!t) return pthread_kill(thread, sig);
   /* 32 and 33 below SIGRTMIN are glibc's own (cancellation, setxid). */
   if (sig < 0 || sig >= NSIG || (sig >= 32 && sig < SIGRTMIN)) return EINVAL;
+  if (record_retired(t)) return ESRCH;
   if (sig == 0) return 0; /* "does it exist": it is not yet joined */
   bool blocked = atomic_load(&t->sigmask) & sig_bit(sig);
   if (!blocked) {
@@ -865,6 +920,10 @@ int iof_compat_pthread_cancel(pthread_t thread) {
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_cancel(thread);
   iof__lk_lock(&t->lk);
+  if (t->retired) {
+    iof__lk_unlock(&t->lk);
+    return ESRCH;
+  }
   if (!t->done) {
     t->cancel_pending = true;
     if (cancel_due(t) && t->run->cancel_w)
@@ -878,6 +937,7 @@ int iof_compat_pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
   if (!attr) return EINVAL;
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_getattr_np(thread, attr);
+  if (record_retired(t)) return ESRCH;
   int r = pthread_attr_init(attr);
   if (r) return r;
   iof__lk_lock(&t->lk);
@@ -932,7 +992,9 @@ int iof_compat_pthread_timedjoin_np(pthread_t thread, void **retval,
  * io thread runs other threads too). */
 int iof_compat_pthread_getschedparam(pthread_t thread, int *policy,
                                      struct sched_param *param) {
-  if (!record_of(thread)) return pthread_getschedparam(thread, policy, param);
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_getschedparam(thread, policy, param);
+  if (record_retired(t)) return ESRCH;
   if (!policy || !param) return EINVAL;
   *policy = SCHED_OTHER;
   memset(param, 0, sizeof *param);
@@ -941,7 +1003,9 @@ int iof_compat_pthread_getschedparam(pthread_t thread, int *policy,
 
 int iof_compat_pthread_setschedparam(pthread_t thread, int policy,
                                      const struct sched_param *param) {
-  if (!record_of(thread)) return pthread_setschedparam(thread, policy, param);
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_setschedparam(thread, policy, param);
+  if (record_retired(t)) return ESRCH;
   if (!param) return EINVAL;
   switch (policy) {
   case SCHED_OTHER:
@@ -957,13 +1021,17 @@ int iof_compat_pthread_setschedparam(pthread_t thread, int policy,
 }
 
 int iof_compat_pthread_setschedprio(pthread_t thread, int prio) {
-  if (!record_of(thread)) return pthread_setschedprio(thread, prio);
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_setschedprio(thread, prio);
+  if (record_retired(t)) return ESRCH;
   return prio == 0 ? 0 : EINVAL; /* SCHED_OTHER's only priority */
 }
 
 /* Its CPU time is not counted apart from its io thread's. */
 int iof_compat_pthread_getcpuclockid(pthread_t thread, clockid_t *clock) {
-  if (!record_of(thread)) return pthread_getcpuclockid(thread, clock);
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_getcpuclockid(thread, clock);
+  if (record_retired(t)) return ESRCH;
   return ENOTSUP;
 }
 
@@ -974,7 +1042,9 @@ int iof_compat_pthread_getcpuclockid(pthread_t thread, clockid_t *clock) {
  * another CPU would end with all on the last). */
 int iof_compat_pthread_getaffinity_np(pthread_t thread, size_t size,
                                       cpu_set_t *set) {
-  if (!record_of(thread)) return pthread_getaffinity_np(thread, size, set);
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_getaffinity_np(thread, size, set);
+  if (record_retired(t)) return ESRCH;
   int e = errno;
   int r = sched_getaffinity(0, size, set) == 0 ? 0 : errno;
   errno = e;
@@ -983,7 +1053,9 @@ int iof_compat_pthread_getaffinity_np(pthread_t thread, size_t size,
 
 int iof_compat_pthread_setaffinity_np(pthread_t thread, size_t size,
                                       const cpu_set_t *set) {
-  if (!record_of(thread)) return pthread_setaffinity_np(thread, size, set);
+  iof__cthread *t = record_of(thread);
+  if (!t) return pthread_setaffinity_np(thread, size, set);
+  if (record_retired(t)) return ESRCH;
   if (!set) return EFAULT;
   cpu_set_t allowed;
   int e = errno;

@@ -1203,6 +1203,62 @@ static void compat_recvmsg_waitall(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* Ids of fiber threads that were joined, or that ended detached: every
+ * call taking the id answers ESRCH (as glibc mostly does for its cached
+ * descriptors), none reads a freed record; a second join frees nothing
+ * twice. A later thread may take the id again, as a reused tid. */
+static int stale_id_calls(void *arg) {
+  (void)arg;
+  pthread_t t;
+  void *rv = NULL;
+  CHECK_EQ(iof_compat_pthread_create(&t, NULL, ret_arg, &t), 0);
+  CHECK_EQ(iof_compat_pthread_join(t, &rv), 0);
+  CHECK_EQ(rv == &t, 1);
+  CHECK_EQ(iof_compat_pthread_join(t, NULL), ESRCH);
+  CHECK_EQ(iof_compat_pthread_tryjoin_np(t, NULL), ESRCH);
+  struct timespec past = {0, 0};
+  CHECK_EQ(iof_compat_pthread_timedjoin_np(t, NULL, &past), ESRCH);
+  CHECK_EQ(iof_compat_pthread_detach(t), ESRCH);
+  CHECK_EQ(iof_compat_pthread_kill(t, 0), ESRCH);
+  CHECK_EQ(iof_compat_pthread_kill(t, SIGUSR1), ESRCH);
+  CHECK_EQ(iof_compat_pthread_cancel(t), ESRCH);
+  char name[16];
+  CHECK_EQ(iof_compat_pthread_setname_np(t, "stale"), ESRCH);
+  CHECK_EQ(iof_compat_pthread_getname_np(t, name, sizeof name), ESRCH);
+  pthread_attr_t at;
+  CHECK_EQ(iof_compat_pthread_getattr_np(t, &at), ESRCH);
+  int policy;
+  struct sched_param sp;
+  CHECK_EQ(iof_compat_pthread_getschedparam(t, &policy, &sp), ESRCH);
+  /* Detached, then ended: its record went at its end. */
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  pthread_t d;
+  CHECK_EQ(iof_compat_pthread_create(&d, &at, ret_arg, NULL), 0);
+  pthread_attr_destroy(&at);
+  for (int i = 0; i < 1000 && iof_compat_pthread_kill(d, 0) == 0; i++)
+    iof_sleep_for(MS);
+  CHECK_EQ(iof_compat_pthread_kill(d, 0), ESRCH);
+  CHECK_EQ(iof_compat_pthread_join(d, NULL), ESRCH);
+  /* New threads after all that run and join as usual. */
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ(iof_compat_pthread_create(&t, NULL, ret_arg, &d), 0);
+    CHECK_EQ(iof_compat_pthread_join(t, &rv), 0);
+    CHECK_EQ(rv == &d, 1);
+  }
+  return 0;
+}
+
+static void compat_stale_thread_ids(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  launch(io, stale_id_calls, NULL);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 static void compat_main_bad_arguments(void **state) {
   (void)state;
   assert_int_equal(iof_main(NULL, NULL), -EINVAL);
@@ -1240,6 +1296,7 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_peek_waitall, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_recvmsg_waitall, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_stale_thread_ids, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
