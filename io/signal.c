@@ -1,5 +1,13 @@
 /* Signal waits. libev lets one loop own a signal at a time (it asserts
- * otherwise), so a small table records which io_context holds each one. */
+ * otherwise), so a small table records which io_context holds each one.
+ * libev installs its handler when a signal's first watcher starts and
+ * resets the disposition to SIG_DFL when its last one stops: the table
+ * also keeps the disposition the program had before the first wait, put
+ * back after the last, so that a handler of the program's own survives a
+ * wait (a later signal would otherwise take the default action, e.g.
+ * end the process). Starts and stops run under the table's lock, so that
+ * another io_context taking the signal next saves the program's
+ * disposition, not libev's. */
 #include <iofiber/signal.h>
 
 #include "io/io_internal.h"
@@ -11,6 +19,7 @@ static pthread_mutex_t owners_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   iof_io_context *io;
   int waiters;
+  struct sigaction saved; /* before the first waiter (waiters > 0) */
 } owners[NSIG];
 
 typedef struct sig_wait {
@@ -34,22 +43,46 @@ static int arm(iof_io_op *op) {
     pthread_mutex_unlock(&owners_lock);
     return -EBUSY;
   }
+  if (owners[sw->signo].waiters++ == 0)
+    sigaction(sw->signo, NULL, &owners[sw->signo].saved);
   owners[sw->signo].io = io;
-  owners[sw->signo].waiters++;
-  pthread_mutex_unlock(&owners_lock);
   ev_signal_init(&sw->sig, on_signal, sw->signo);
   sw->sig.data = sw;
   iof__rt_fd_enter(); /* libev may make its signalfd here */
   ev_signal_start(io->loop, &sw->sig);
   iof__rt_fd_leave();
+  pthread_mutex_unlock(&owners_lock);
   return 0;
 }
 
 static void disarm(iof_io_op *op) {
   sig_wait *sw = (sig_wait *)op;
-  ev_signal_stop(op->io->loop, &sw->sig);
+  int signo = sw->signo;
   pthread_mutex_lock(&owners_lock);
-  if (--owners[sw->signo].waiters == 0) owners[sw->signo].io = NULL;
+  if (owners[signo].waiters > 1) {
+    owners[signo].waiters--;
+    ev_signal_stop(op->io->loop, &sw->sig);
+    pthread_mutex_unlock(&owners_lock);
+    return;
+  }
+  /* The last one: libev's stop sets SIG_DFL, then the program's
+   * disposition comes back. The signal is blocked on this thread in
+   * between: one sent to the process then waits for the restored
+   * disposition (unless another thread leaves it unblocked). */
+  sigset_t one, old;
+  sigemptyset(&one);
+  sigaddset(&one, signo);
+  pthread_sigmask(SIG_BLOCK, &one, &old);
+  ev_signal_stop(op->io->loop, &sw->sig);
+  /* Only after libev's reset: a loop the runtime embeds in may watch the
+   * signal itself, and then libev keeps its handler. */
+  struct sigaction now;
+  if (sigaction(signo, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+      now.sa_handler == SIG_DFL)
+    sigaction(signo, &owners[signo].saved, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  owners[signo].waiters = 0;
+  owners[signo].io = NULL;
   pthread_mutex_unlock(&owners_lock);
 }
 

@@ -2,8 +2,8 @@
  * signal raised by another fiber or sent to the process from another
  * thread, every waiter of the signal wakes, a second io_context gets
  * -EBUSY while one watches it (and may watch it once that is over),
- * destroying the context cancels a pending wait, and bad input is
- * refused.
+ * destroying the context cancels a pending wait, bad input is refused,
+ * and the program's own disposition of the signal survives the waits.
  *
  * IOF_TEST_THREADED */
 #include "test_support.h"
@@ -228,6 +228,72 @@ bad_signal_numbers_are_einval_and_outside_a_fiber_eperm(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* The program's own disposition of a signal comes back after the waits
+ * end (libev resets it to SIG_DFL when its last watcher stops): a handler
+ * still runs for a later signal, which would otherwise end the process;
+ * SIG_IGN stays ignored. Also after a wait ended by a stop request. */
+static volatile sig_atomic_t own_hits;
+
+static void own_handler(int sig) {
+  (void)sig;
+  own_hits++;
+}
+
+static int stop_later(void *arg) {
+  iof_sleep_for(10 * MS);
+  iof_stop_source_request(arg);
+  return 0;
+}
+
+static void the_programs_disposition_survives_a_wait(void **state) {
+  (void)state;
+  struct sigaction sa, old, now;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = own_handler;
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(SIGUSR2, &sa, &old), 0);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  sig_waiter w = {io, SIGUSR2, 0, 0};
+  raiser r = {SIGUSR2, -1};
+  launch(io, sig_wait_fn, &w);
+  launch(io, raise_fn, &r);
+  run_all(io);
+  assert_int_equal(w.r, SIGUSR2);
+  assert_int_equal(sigaction(SIGUSR2, NULL, &now), 0);
+  assert_true(now.sa_handler == own_handler);
+  own_hits = 0;
+  assert_int_equal(raise(SIGUSR2), 0);
+  assert_int_equal(own_hits, 1);
+  /* A wait that a stop request ends. */
+  iof_stop_source src;
+  assert_int_equal(iof_stop_source_init(&src), 0);
+  iof_launch_opts o = {0};
+  o.stop_token = iof_stop_source_token(&src);
+  w.r = 0;
+  assert_int_equal(
+      iof_run_async(iof_io_context_executor(io), &o, sig_wait_fn, &w), 0);
+  launch(io, stop_later, &src);
+  run_all(io);
+  assert_int_equal(w.r, -ECANCELED);
+  assert_int_equal(raise(SIGUSR2), 0);
+  assert_int_equal(own_hits, 2);
+  iof_stop_source_destroy(&src);
+  /* SIG_IGN stays SIG_IGN. */
+  sa.sa_handler = SIG_IGN;
+  assert_int_equal(sigaction(SIGUSR2, &sa, NULL), 0);
+  w.r = 0;
+  launch(io, sig_wait_fn, &w);
+  launch(io, raise_fn, &r);
+  run_all(io);
+  assert_int_equal(w.r, SIGUSR2);
+  assert_int_equal(sigaction(SIGUSR2, NULL, &now), 0);
+  assert_true(now.sa_handler == SIG_IGN);
+  assert_int_equal(raise(SIGUSR2), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(sigaction(SIGUSR2, &old, NULL), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm_watchdog, disarm_watchdog)
 
 int main(void) {
@@ -238,6 +304,7 @@ int main(void) {
       T(second_io_context_gets_ebusy_while_one_watches_the_signal),
       T(destroying_the_context_cancels_a_pending_signal_wait),
       T(bad_signal_numbers_are_einval_and_outside_a_fiber_eperm),
+      T(the_programs_disposition_survives_a_wait),
   };
   if (getenv("IOF_TEST_FILTER"))
     cmocka_set_test_filter(getenv("IOF_TEST_FILTER"));

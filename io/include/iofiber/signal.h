@@ -10,9 +10,10 @@ extern "C" {
 
 /* Suspends until signal signo is delivered to the process; returns signo.
  * While a fiber waits, the signal's disposition is libev's (the default
- * action does not happen). A signal can be watched by one io_context at a
- * time. -EINVAL (bad signo, SIGKILL/SIGSTOP, and the fault signals
- * SIGSEGV/SIGBUS/SIGILL/SIGFPE, which must keep crashing), -EBUSY
+ * action does not happen); the program's own (a handler, SIG_IGN) comes
+ * back once the last wait on it ends. A signal can be watched by one
+ * io_context at a time. -EINVAL (bad signo, SIGKILL/SIGSTOP, and the fault
+ * signals SIGSEGV/SIGBUS/SIGILL/SIGFPE, which must keep crashing), -EBUSY
  * (another io_context watches it), -ECANCELED, -EPERM outside a launched
  * fiber. */
 IOF_API int iof_signal_wait(iof_io_context *io, int signo);
