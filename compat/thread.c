@@ -62,6 +62,7 @@ struct iof__cthread {
   /* Under lk. Bit-fields: the record's size is documented. */
   bool done : 1, detached : 1, joining : 1;
   bool retired : 1;        /* joined, or ended detached: a spare (below) */
+  bool started : 1;        /* thread_main ran: ret is no early name since */
   bool intr_restart : 1;   /* intr_op is one SA_RESTART restarts */
   bool cancel_pending : 1; /* pthread_cancel came */
   bool sigwaiting : 1;     /* in the sigwait family: any pthread_kill ends
@@ -138,6 +139,7 @@ static int thread_main(void *p) {
   thread_run run = {0};
   iof__lk_lock(&t->lk);
   t->fiber = iof__cthr_fiber();
+  t->started = true;
   if (t->ret) { /* named before it ran */
     iof_fiber_set_name(t->fiber, t->ret);
     free(t->ret);
@@ -179,6 +181,12 @@ static iof__cthread *self_record(void) {
 static void thread_freed(void *user, int status) {
   (void)status;
   iof__cthread *t = user;
+  iof__lk_lock(&t->lk);
+  if (!t->started) { /* never ran (shut down first): no result, no name */
+    free(t->ret);
+    t->ret = NULL;
+  }
+  iof__lk_unlock(&t->lk);
   if (t->on_end) t->on_end(t->ret);
   iof__lk_lock(&t->lk);
   t->done = true;
@@ -762,7 +770,9 @@ int iof_compat_pthread_setname_np(pthread_t thread, const char *name) {
     r = ESRCH;
   } else if (t->fiber) {
     iof_fiber_set_name(t->fiber, name);
-  } else if (!t->done) {
+  } else if (!t->started) {
+    /* Once it ran, ret is its result (the name of an ended thread is
+     * gone with its fiber, as a thread's with its task). */
     char *old = t->ret;
     t->ret = early;
     early = old;
@@ -777,11 +787,12 @@ int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_getname_np(thread, buf, len);
   iof__lk_lock(&t->lk);
-  const char *n = t->fiber             ? iof_fiber_name(t->fiber)
-                  : !t->done && t->ret ? (const char *)t->ret
-                                       : "";
-  size_t l = strlen(n);
-  int r = t->retired ? ESRCH : l < len ? 0 : ERANGE;
+  const char *n = t->retired              ? NULL
+                  : t->fiber              ? iof_fiber_name(t->fiber)
+                  : !t->started && t->ret ? (const char *)t->ret
+                                          : "";
+  size_t l = n ? strlen(n) : 0;
+  int r = !n ? ESRCH : l < len ? 0 : ERANGE;
   if (!r) memcpy(buf, n, l + 1);
   iof__lk_unlock(&t->lk);
   return r;

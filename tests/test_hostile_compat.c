@@ -1259,6 +1259,56 @@ static void compat_stale_thread_ids(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* A thread that has returned but whose end is not yet complete (its key
+ * destructors run): its result is no name. getname gives "" and setname
+ * changes nothing, neither taking the result for a name (a read of the
+ * string at address 7) nor replacing it (join would return the name and
+ * free the result). */
+static pthread_key_t ending_key;
+static pthread_t ending_id;
+static int ending_get, ending_set;
+static char ending_name[16];
+
+static void ending_dtor(void *v) {
+  (void)v;
+  ending_get =
+      iof_compat_pthread_getname_np(ending_id, ending_name, sizeof ending_name);
+  ending_set = iof_compat_pthread_setname_np(ending_id, "renamed");
+}
+
+static void *ending_fn(void *arg) {
+  iof_compat_pthread_setspecific(ending_key, arg);
+  return (void *)7;
+}
+
+static int ending_calls(void *arg) {
+  (void)arg;
+  CHECK_EQ(iof_compat_pthread_key_create(&ending_key, ending_dtor), 0);
+  strcpy(ending_name, "unset");
+  /* Named before it runs: the name is its fiber's once it does. */
+  CHECK_EQ(iof_compat_pthread_create(&ending_id, NULL, ending_fn, &ending_id),
+           0);
+  CHECK_EQ(iof_compat_pthread_setname_np(ending_id, "early"), 0);
+  void *rv = NULL;
+  CHECK_EQ(iof_compat_pthread_join(ending_id, &rv), 0);
+  CHECK_EQ((intptr_t)rv, 7);
+  CHECK_EQ(ending_get, 0);
+  CHECK_EQ(strcmp(ending_name, ""), 0);
+  CHECK_EQ(ending_set, 0);
+  CHECK_EQ(iof_compat_pthread_key_delete(ending_key), 0);
+  return 0;
+}
+
+static void compat_ending_thread_names(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  launch(io, ending_calls, NULL);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 static void compat_main_bad_arguments(void **state) {
   (void)state;
   assert_int_equal(iof_main(NULL, NULL), -EINVAL);
@@ -1297,6 +1347,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_peek_waitall, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_recvmsg_waitall, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_stale_thread_ids, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_ending_thread_names, reset,
+                                      disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
