@@ -3,6 +3,7 @@
  * non-blocking call; on failure iof__fd_again }" (fd_table.c does the
  * waiting); begin says when the plain call is already exact. */
 #include <iofiber/compat_io.h>
+#include <iofiber/fiber.h>
 
 #include "compat/backoff.h"
 #include "compat/fd_table.h"
@@ -12,6 +13,10 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <string.h>
+#include <unistd.h>
 
 /* The record of a new fd: what the user asked for (non-blocking or not)
  * and whether the runtime made it non-blocking for a fiber. */
@@ -453,7 +458,82 @@ ssize_t iof_compat_writev(int fd, const struct iovec *iov, int cnt) {
   return putv_all(fd, &m, 0, false);
 }
 
+/* fds handed over in SCM_RIGHTS messages share their open file with the
+ * receiver: another process, or this one under a new number. The receiver
+ * must find them in the mode the sending program sees, not with the
+ * O_NONBLOCK the runtime set for its fibers' waits (a program there would
+ * get EAGAIN from a blocking read; compat, learning the new number, would
+ * take the flag for the program's wish), so they go back to blocking mode
+ * before the message leaves, as the fds of a program we start do. A fiber
+ * of ours that keeps such an fd then blocks its thread on it (documented).
+ * The caller's buffers are read through copies the kernel makes: one it
+ * cannot read gets its EFAULT from sendmsg, never a fault here. */
+/* Room for the most fds one message may carry (the kernel's SCM_MAX_FD)
+ * and the sender's credentials. */
+#define IOF__CMSG_COPY                                                         \
+  (CMSG_SPACE(253 * sizeof(int)) + CMSG_SPACE(sizeof(struct ucred)))
+
+static bool copy_in(void *to, const void *from, size_t len) {
+  struct iovec local = {to, len};
+  struct iovec remote = {(void *)from, len};
+  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)len;
+}
+
+/* Out of line: its buffer stays off the stack of sends without control
+ * data (fiber stacks are small). */
+__attribute__((noinline)) static void
+control_fds_blocking(const struct msghdr *msg) {
+  union {
+    char b[IOF__CMSG_COPY];
+    struct cmsghdr align;
+  } copy;
+  /* Beyond the copy's size (other kinds of control data) the rest is left
+   * as is. */
+  size_t len =
+      msg->msg_controllen < sizeof copy.b ? msg->msg_controllen : sizeof copy.b;
+  if (!copy_in(copy.b, msg->msg_control, len)) return;
+  struct msghdr m = {0};
+  m.msg_control = copy.b;
+  m.msg_controllen = len;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_len < CMSG_LEN(0) ||
+        c->cmsg_len > len - (size_t)((char *)c - copy.b))
+      break; /* malformed or cut by the copy: the kernel judges it */
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int pfd;
+      memcpy(&pfd, CMSG_DATA(c) + i * sizeof pfd, sizeof pfd);
+      iof__fd_user_blocking(pfd);
+    }
+  }
+}
+
+/* The caller's header without a fault: read in place when it lies in the
+ * live part of the running fiber's stack (between this frame and the
+ * fiber's record at the stack's top: where nearly every call keeps it),
+ * else through a copy the kernel makes. False: unreadable (the send says
+ * EFAULT). */
+static bool read_header(const struct msghdr *msg, struct msghdr *out) {
+  char here;
+  const char *p = (const char *)msg;
+  const char *top = (const char *)iof_fiber_current();
+  if (top && p > &here && p < top && (size_t)(top - p) >= sizeof *msg) {
+    *out = *msg;
+    return true;
+  }
+  return copy_in(out, msg, sizeof *out);
+}
+
+static void passed_fds_blocking(const struct msghdr *msg) {
+  struct msghdr h;
+  if (!msg || !read_header(msg, &h)) return;
+  if (!h.msg_control || h.msg_controllen < sizeof(struct cmsghdr)) return;
+  control_fds_blocking(&h);
+}
+
 ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags) {
+  passed_fds_blocking(msg);
   return putv_all(fd, msg, flags, true);
 }
 
@@ -475,6 +555,16 @@ static bool sent_short(const struct mmsghdr *m) {
 
 int iof_compat_sendmmsg(int fd, struct mmsghdr *vec, unsigned int n,
                         int flags) {
+  /* As sendmsg: the headers are read through copies, a batch at a time. */
+  struct mmsghdr batch[16];
+  for (unsigned int i = 0; vec && i < n && i < UIO_MAXIOV;) {
+    unsigned int k = n - i < 16 ? n - i : 16;
+    if (!copy_in(batch, vec + i, k * sizeof *batch)) break;
+    for (unsigned int j = 0; j < k; j++)
+      if (batch[j].msg_hdr.msg_control && batch[j].msg_hdr.msg_controllen)
+        passed_fds_blocking(&batch[j].msg_hdr);
+    i += k;
+  }
   iof__fd_op op;
   if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE))
     return iof__libc.sendmmsg(fd, vec, n, flags);

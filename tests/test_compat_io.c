@@ -999,6 +999,140 @@ static void test_plain_thread_eintr(void **s) {
   iof_compat_close(sv_eintr[1]);
 }
 
+/* An fd handed over in an SCM_RIGHTS message (to another process, or to
+ * this one under a new number) shares its open file with ours: the
+ * receiver must find it blocking, as the sender's program sees it, not
+ * with the O_NONBLOCK the runtime set for its fibers (a receiver under
+ * the hook took that for its own wish: its blocking read said EAGAIN at
+ * once). A control buffer the kernel cannot read still gets EFAULT. */
+typedef struct scm_ctx {
+  int p[2], sv[2];
+  ssize_t got;
+  int got_err, passed_nb, received_nb, fault_err, mfault_err;
+  char buf[8];
+} scm_ctx;
+
+static int scm_reader(void *arg) {
+  scm_ctx *c = arg;
+  /* scm_prime's read made the pipe's open file non-blocking. */
+  int fl = fcntl(c->p[0], F_GETFL);
+  c->passed_nb = fl >= 0 && (fl & O_NONBLOCK) != 0;
+  char one = 'x';
+  struct iovec io = {&one, 1};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } cb;
+  memset(&cb, 0, sizeof cb);
+  struct msghdr m = {0};
+  m.msg_iov = &io;
+  m.msg_iovlen = 1;
+  m.msg_control = cb.buf;
+  m.msg_controllen = sizeof cb.buf;
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(h), &c->p[0], sizeof(int));
+  CHECK(iof_compat_sendmsg(c->sv[0], &m, 0) == 1);
+  CHECK(iof_compat_close(c->p[0]) == 0);
+  memset(&cb, 0, sizeof cb);
+  m.msg_controllen = sizeof cb.buf;
+  CHECK(iof_compat_recvmsg(c->sv[1], &m, MSG_CMSG_CLOEXEC) == 1);
+  h = CMSG_FIRSTHDR(&m);
+  CHECK(h && h->cmsg_type == SCM_RIGHTS);
+  int fd = -1;
+  if (h) memcpy(&fd, CMSG_DATA(h), sizeof fd);
+  fl = fcntl(fd, F_GETFL);
+  c->received_nb = fl >= 0 && (fl & O_NONBLOCK) != 0;
+  /* The writer sends later: the read waits for it. */
+  errno = 0;
+  c->got = iof_compat_read(fd, c->buf, sizeof c->buf);
+  c->got_err = errno;
+  CHECK(iof_compat_close(fd) == 0);
+  /* A wild control pointer: the kernel's EFAULT, no crash of ours. */
+  m.msg_control = (void *)8;
+  m.msg_controllen = sizeof cb.buf;
+  errno = 0;
+  CHECK(iof_compat_sendmsg(c->sv[0], &m, 0) == -1);
+  c->fault_err = errno;
+  /* sendmmsg too: the pipe's write end, which scm_writer's write made
+   * non-blocking; then a wild vector gets the kernel's EFAULT. */
+  fl = fcntl(c->p[1], F_GETFL);
+  c->passed_nb &= fl >= 0 && (fl & O_NONBLOCK) != 0;
+  memset(&cb, 0, sizeof cb);
+  m.msg_control = cb.buf;
+  m.msg_controllen = sizeof cb.buf;
+  h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(h), &c->p[1], sizeof(int));
+  struct mmsghdr mm = {.msg_hdr = m};
+  CHECK(iof_compat_sendmmsg(c->sv[0], &mm, 1, 0) == 1);
+  memset(&cb, 0, sizeof cb);
+  m.msg_controllen = sizeof cb.buf;
+  CHECK(iof_compat_recvmsg(c->sv[1], &m, MSG_CMSG_CLOEXEC) == 1);
+  h = CMSG_FIRSTHDR(&m);
+  CHECK(h && h->cmsg_type == SCM_RIGHTS);
+  fd = -1;
+  if (h) memcpy(&fd, CMSG_DATA(h), sizeof fd);
+  fl = fcntl(fd, F_GETFL);
+  c->received_nb |= fl >= 0 && (fl & O_NONBLOCK) != 0;
+  CHECK(iof_compat_close(fd) == 0);
+  errno = 0;
+  CHECK(iof_compat_sendmmsg(c->sv[0], (struct mmsghdr *)8, 1, 0) == -1);
+  c->mfault_err = errno;
+  return 0;
+}
+
+/* A fiber's first read of the pipe: the runtime learns the fd and makes
+ * its open file non-blocking for the waits. */
+static int scm_prime(void *arg) {
+  scm_ctx *c = arg;
+  char b[2];
+  CHECK(iof_compat_write(c->p[1], "p", 1) == 1);
+  CHECK(iof_compat_read(c->p[0], b, 1) == 1);
+  return 0;
+}
+
+static int scm_writer(void *arg) {
+  scm_ctx *c = arg;
+  iof_sleep_for(30 * MS);
+  CHECK(iof_compat_write(c->p[1], "hi", 2) == 2);
+  return 0;
+}
+
+static void test_scm_rights_pass_blocking(void **s) {
+  (void)s;
+  scm_ctx c;
+  memset(&c, 0, sizeof c);
+  /* Without the fix the reader gives up and closes: the writer's write
+   * must fail the test, not kill it. */
+  void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+  iof_io_context *io = new_io();
+  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, c.sv), 0);
+  assert_int_equal(iof_compat_pipe(c.p), 0);
+  /* A fiber's wait on the read end first (nothing there yet). */
+  launch(io, scm_prime, &c);
+  run_all(io);
+  launch(io, scm_reader, &c);
+  launch(io, scm_writer, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  signal(SIGPIPE, old_pipe);
+  assert_no_failures();
+  assert_true(c.passed_nb); /* the runtime's mode before the hand-over */
+  assert_false(c.received_nb);
+  assert_int_equal(c.got, 2);
+  assert_memory_equal(c.buf, "hi", 2);
+  assert_int_equal(c.fault_err, EFAULT);
+  assert_int_equal(c.mfault_err, EFAULT);
+  iof_compat_close(c.p[1]);
+  iof_compat_close(c.sv[0]);
+  iof_compat_close(c.sv[1]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -1023,6 +1157,7 @@ int main(void) {
       T(test_pool_fiber_read_and_close),
       T(test_errqueue_never_waits),
       T(test_plain_thread_eintr),
+      T(test_scm_rights_pass_blocking),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
