@@ -8,6 +8,8 @@
  * - redis-cli (linked with jemalloc, which creates pthread keys from
  *   another library's constructor) against a redis-server started here;
  * - nc (netcat-openbsd) as a server and as a client;
+ * - python3 passing its connected socket to this process in an
+ *   SCM_RIGHTS message: it arrives blocking, as Python sees it;
  * - unbound with two threads (each blocks the signals the main one
  *   handles) answers a query from its local zone, then exits on SIGTERM;
  * - LMDB's mdb_load and mdb_dump (robust process-shared mutexes in the
@@ -460,6 +462,84 @@ static void test_nc(void **state) {
   assert_string_equal(buf, "reply\n");
 }
 
+/* python3 hands its connected socket to this process in an SCM_RIGHTS
+ * message (socket.send_fds on its stdout, a unix socket). The socket
+ * must arrive blocking, as Python left it: not with the O_NONBLOCK the
+ * runtime set for its fiber's connect (a blocking read here failed with
+ * EAGAIN). */
+static const char py_send_fds[] =
+    "import socket, sys\n"
+    "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+    "socket.send_fds(socket.socket(fileno=1), [b'x'], [s.fileno()])\n";
+
+static void test_python_send_fds(void **state) {
+  (void)state;
+  if (access(PYTHON, X_OK) != 0) skip();
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(l, 1), 0);
+  assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", ntohs(a.sin_port));
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int i = open("/dev/null", O_RDWR);
+    dup2(i, 0), dup2(sv[1], 1), dup2(i, 2);
+    unsetenv("LD_PRELOAD");
+    unsetenv("IOF_RUN");
+    execl(IOF_RUN_PATH, IOF_RUN_PATH, PYTHON, "-c", py_send_fds, ps,
+          (char *)NULL);
+    _exit(99);
+  }
+  close(sv[1]);
+  struct timeval tv = {5, 0};
+  setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char one;
+  struct iovec io = {&one, 1};
+  union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } cb;
+  memset(&cb, 0, sizeof cb);
+  struct msghdr m = {0};
+  m.msg_iov = &io;
+  m.msg_iovlen = 1;
+  m.msg_control = cb.b;
+  m.msg_controllen = sizeof cb.b;
+  assert_true(recvmsg(sv[0], &m, MSG_CMSG_CLOEXEC) >= 1);
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  assert_non_null(h);
+  assert_int_equal(h->cmsg_type, SCM_RIGHTS);
+  int fd;
+  memcpy(&fd, CMSG_DATA(h), sizeof fd);
+  assert_int_equal(wait_exit(pid, 10), 0);
+  close(sv[0]);
+  int c = accept(l, NULL, NULL);
+  assert_true(c >= 0);
+  assert_int_equal(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+  /* The peer writes after a pause: a blocking read waits for it. */
+  pid_t w = fork();
+  assert_true(w >= 0);
+  if (w == 0) {
+    usleep(100000);
+    _exit(write(c, "late\n", 5) == 5 ? 0 : 1);
+  }
+  char buf[16] = {0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  assert_int_equal(read(fd, buf, sizeof buf - 1), 5);
+  assert_string_equal(buf, "late\n");
+  assert_int_equal(wait_exit(w, 5), 0);
+  close(c);
+  close(fd);
+  close(l);
+}
+
 /* ---- unbound ---------------------------------------------------------- */
 
 static void test_unbound(void **state) {
@@ -560,6 +640,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_node, setup, teardown),
       cmocka_unit_test_setup_teardown(test_redis_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_nc, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_python_send_fds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unbound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lmdb, setup, teardown),
   };
