@@ -170,8 +170,8 @@ int iof_main_ex(iof_fn fn, void *arg, const iof_main_opts *opts) {
   atomic_store(&G.rr, 0);
   main_call mc = {fn, arg, 0};
   iof__cthread_set_idle_hook(on_idle);
-  r = iof__cthread_start(iof_io_context_executor(G.io[0]), main_stack, true,
-                         main_thread, &mc, main_end, NULL);
+  r = iof__cthread_start(iof_io_context_executor(G.io[0]), main_stack, NULL,
+                         true, main_thread, &mc, main_end, NULL);
   if (r < 0) goto out;
   unsigned started = 1;
   for (; started < n; started++)

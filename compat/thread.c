@@ -279,10 +279,11 @@ void iof__cthread_main_tls_back(void) {
   if (a) iof__tls_restore(a);
 }
 
-int iof__cthread_start(iof_executor_ref ex, size_t stack, bool detached,
+int iof__cthread_start(iof_executor_ref ex, size_t stack,
+                       iof_frame_allocator *alloc, bool detached,
                        void *(*fn)(void *), void *arg,
                        void (*on_end)(void *ret), pthread_t *out) {
-  iof_frame_allocator *alloc = class_allocator(&stack);
+  if (!alloc) alloc = class_allocator(&stack);
   iof__cthread *t = record_new();
   if (!t) return -ENOMEM;
   /* main (no fiber yet) keeps the values the OS thread has, and gives
@@ -379,6 +380,59 @@ static size_t attr_stack(const pthread_attr_t *attr) {
   return s;
 }
 
+/* A stack the program allocated (pthread_attr_setstack): the fiber runs
+ * on it, as the thread would, so that code finding its stack from the
+ * memory it gave (or the memory from the stack pointer) works. This
+ * allocator object sits at the top of that memory, above the frame, where
+ * the stack never reaches; it hands out the memory below itself once and
+ * takes nothing back (the program owns it: the frame is given back before
+ * a joiner wakes, so the program may free it once pthread_join returns). */
+typedef struct user_stack {
+  iof_frame_allocator base;
+  char *lo;
+} user_stack;
+
+static void *user_stack_allocate(iof_frame_allocator *self, size_t size) {
+  user_stack *u = (user_stack *)self;
+  if (size > (size_t)((char *)u - u->lo)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return (char *)u - size;
+}
+
+static void user_stack_deallocate(iof_frame_allocator *self, void *p,
+                                  size_t size) {
+  (void)self, (void)p, (void)size;
+}
+
+static const iof_frame_allocator_vtbl user_stack_vtbl = {user_stack_allocate,
+                                                         user_stack_deallocate};
+
+/* The allocator over attr's stack, *stack set to the frame size it gives
+ * (whole pages below the object); NULL when attr has no stack address or
+ * too little room is left for a fiber (a pool stack of that size then). */
+static iof_frame_allocator *attr_user_stack(const pthread_attr_t *attr,
+                                            size_t *stack) {
+  void *addr = NULL;
+  size_t size = 0;
+  /* glibc keeps the top; without an address set it reports 0 - size. */
+  if (pthread_attr_getstack(attr, &addr, &size) != 0 || !size ||
+      (uintptr_t)addr + size == 0)
+    return NULL;
+  uintptr_t top = (uintptr_t)addr + size;
+  uintptr_t obj = (top - sizeof(user_stack)) & ~(uintptr_t)63;
+  if (obj < (uintptr_t)addr) return NULL;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t room = (size_t)(obj - (uintptr_t)addr) & ~(page - 1);
+  if (room < IOF_FIBER_STACK_MIN || room > IOF_FIBER_STACK_MAX) return NULL;
+  user_stack *u = (user_stack *)obj;
+  u->base.vtbl = &user_stack_vtbl;
+  u->lo = addr;
+  *stack = room;
+  return &u->base;
+}
+
 int iof_compat_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                               void *(*fn)(void *), void *arg) {
   /* Checked for plain threads too: glibc would start a thread that jumps
@@ -388,15 +442,17 @@ int iof_compat_pthread_create(pthread_t *thread, const pthread_attr_t *attr,
   if (!self) return iof__libc.pthread_create(thread, attr, fn, arg);
   size_t stack = iof__compat_thread_stack();
   int det = PTHREAD_CREATE_JOINABLE;
+  iof_frame_allocator *own = NULL;
   if (attr) {
     size_t s = attr_stack(attr);
     if (s) stack = s;
     if (pthread_attr_getdetachstate(attr, &det) != 0) return EINVAL;
+    own = attr_user_stack(attr, &stack);
   }
   if (stack < IOF_FIBER_STACK_MIN) stack = IOF_FIBER_STACK_MIN;
   if (stack > IOF_FIBER_STACK_MAX) return EAGAIN; /* as mmap would fail */
   int r =
-      iof__cthread_start(iof__compat_pick_executor(self), stack,
+      iof__cthread_start(iof__compat_pick_executor(self), stack, own,
                          det == PTHREAD_CREATE_DETACHED, fn, arg, NULL, thread);
   if (r == -EINVAL) return EINVAL;
   return r < 0 ? EAGAIN : 0;

@@ -152,10 +152,13 @@ IOF_HIDDEN size_t iof__compat_thread_stack(void);
 /* A fiber thread's record (the pthread_t is its address | 1). */
 typedef struct iof__cthread iof__cthread;
 
-/* Starts a fiber thread on ex; *out gets its record. on_end (may be NULL)
- * runs once its stack is freed, before joiners wake. 0 or -errno. */
+/* Starts a fiber thread on ex; *out gets its record. alloc: where its
+ * frame comes from (NULL: a pool of the stack's size class). on_end (may
+ * be NULL) runs once its stack is freed, before joiners wake. 0 or
+ * -errno. */
 IOF_HIDDEN int iof__cthread_start(iof_executor_ref ex, size_t stack,
-                                  bool detached, void *(*fn)(void *), void *arg,
+                                  iof_frame_allocator *alloc, bool detached,
+                                  void *(*fn)(void *), void *arg,
                                   void (*on_end)(void *ret), pthread_t *out);
 
 /* After iof_main's contexts stopped: main's last thread-locals become the
