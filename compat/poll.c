@@ -334,7 +334,15 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
       r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
       return finish(&g, ep, sfd, r, 0, saved);
     }
-    if (w < 0) return finish(&g, ep, sfd, -1, -w, saved);
+    if (w < 0) {
+      /* A failed select leaves the sets as they were given (an EINTR
+       * above all: callers that loop on it pass the same sets again),
+       * not as the last check emptied them. */
+      if (rd) memcpy(rd, &r0, used);
+      if (wr) memcpy(wr, &w0, used);
+      if (ex) memcpy(ex, &e0, used);
+      return finish(&g, ep, sfd, -1, -w, saved);
+    }
   }
 }
 

@@ -2,7 +2,8 @@
  * signal-driven program expects them:
  * - a handler without SA_RESTART interrupts main's blocking read (EINTR:
  *   the alarm() timeout idiom); with SA_RESTART the read goes on, while
- *   poll and nanosleep are interrupted either way (rem written);
+ *   poll, select and nanosleep are interrupted either way (rem written,
+ *   select's sets left as given);
  * - a "thread" (another fiber) blocked in read is not interrupted: the
  *   kernel picks the main thread for a process-directed signal;
  * - pause and sigsuspend in main wait for a handler while the other
@@ -124,6 +125,17 @@ static void poll_and_sleep_interrupted(void) {
   ualarm(50000, 0);
   int r = poll(&p, 1, 5000);
   CHECK(r == -1 && errno == EINTR, "poll, SA_RESTART handler");
+  /* select too, and it leaves its sets as they were given: a caller that
+   * loops on EINTR (KWSys's process wait, in cmake --build) calls it again
+   * with them, and an emptied set waited for ever. */
+  fd_set rd;
+  FD_ZERO(&rd);
+  FD_SET(pfd[0], &rd);
+  struct timeval tv = {5, 0};
+  ualarm(50000, 0);
+  r = select(pfd[0] + 1, &rd, NULL, NULL, &tv);
+  CHECK(r == -1 && errno == EINTR, "select, SA_RESTART handler");
+  CHECK(FD_ISSET(pfd[0], &rd), "select's sets as given after EINTR");
   struct timespec req = {5, 0}, rem = {0, 0};
   ualarm(50000, 0);
   r = nanosleep(&req, &rem);
