@@ -86,7 +86,9 @@ static ssize_t find(const char *buf, size_t n, const char *d, size_t dl,
 ssize_t iof_stream_read_until(iof_stream *s, char *buf, size_t cap,
                               size_t *filled, const char *delim,
                               size_t delim_len) {
-  if (!s || !buf || !filled || !delim || !delim_len || *filled > cap)
+  /* A delimiter longer than the buffer could never be found. */
+  if (!s || !buf || !filled || !delim || !delim_len || *filled > cap ||
+      delim_len > cap)
     return -EINVAL;
   size_t scanned = 0; /* where a delimiter cannot start before */
   for (;;) {

@@ -172,7 +172,7 @@ typedef struct limits {
   size_t filled;
   ssize_t r_nobufs;
   size_t filled_nobufs;
-  ssize_t r_eof;
+  ssize_t r_eof, r_long_delim;
   size_t filled_eof;
   char tail[16];
   ssize_t r_read_after_eof, r_exact_short;
@@ -187,6 +187,12 @@ static int limits_writer_fn(void *arg) {
 static int limits_reader_fn(void *arg) {
   limits *l = arg;
   l->filled = 0;
+  /* A delimiter longer than the buffer: refused before any read (the
+   * writer's bytes are still all there for the call below). */
+  char d[sizeof l->small + 1];
+  memset(d, '\n', sizeof d);
+  l->r_long_delim = iof_stream_read_until(l->r, l->small, sizeof l->small,
+                                          &l->filled, d, sizeof d);
   l->r_nobufs = iof_stream_read_until(l->r, l->small, sizeof l->small,
                                       &l->filled, "\n", 1);
   l->filled_nobufs = l->filled;
@@ -204,6 +210,7 @@ read_until_with_a_full_buffer_and_no_delimiter_is_enobufs(void **state) {
   launch(p.io, limits_writer_fn, &l);
   launch(p.io, limits_reader_fn, &l);
   run_all(p.io);
+  assert_int_equal(l.r_long_delim, -EINVAL);
   assert_int_equal(l.r_nobufs, -ENOBUFS);
   assert_int_equal(l.filled_nobufs, sizeof l.small);
   assert_memory_equal(l.small, "0123456789abcdef", 16);

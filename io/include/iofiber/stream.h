@@ -63,7 +63,8 @@ IOF_API ssize_t iof_stream_write(iof_stream *s, const void *buf, size_t len);
  * the message including the delimiter (bytes after it stay in buf;
  * *filled counts all); 0 at end of stream before a delimiter (*filled says
  * what is left); -ENOBUFS when cap bytes hold no delimiter; -EINVAL on bad
- * arguments; or the read's error. Allocates nothing. */
+ * arguments (also a delimiter longer than cap), without reading; or the
+ * read's error. Allocates nothing. */
 IOF_API ssize_t iof_stream_read_until(iof_stream *s, char *buf, size_t cap,
                                       size_t *filled, const char *delim,
                                       size_t delim_len);
