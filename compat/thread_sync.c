@@ -451,8 +451,15 @@ int iof_compat_pthread_mutex_timedlock(pthread_mutex_t *pm,
   return mutex_lock(pm, CLOCK_REALTIME, abstime, true);
 }
 
+/* The clocks a clocked wait may name; glibc refuses the others before it
+ * looks at the object (a free mutex too). */
+static bool wait_clock(clockid_t clock) {
+  return clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC;
+}
+
 int iof_compat_pthread_mutex_clocklock(pthread_mutex_t *pm, clockid_t clock,
                                        const struct timespec *abstime) {
+  if (!wait_clock(clock)) return EINVAL;
   return mutex_lock(pm, clock, abstime, true);
 }
 
@@ -839,6 +846,7 @@ int iof_compat_pthread_rwlock_timedrdlock(pthread_rwlock_t *rw,
 }
 int iof_compat_pthread_rwlock_clockrdlock(pthread_rwlock_t *rw, clockid_t clock,
                                           const struct timespec *abstime) {
+  if (!wait_clock(clock)) return EINVAL;
   return rw_lock(rw, false, false, clock, abstime, true);
 }
 int iof_compat_pthread_rwlock_wrlock(pthread_rwlock_t *rw) {
@@ -853,6 +861,7 @@ int iof_compat_pthread_rwlock_timedwrlock(pthread_rwlock_t *rw,
 }
 int iof_compat_pthread_rwlock_clockwrlock(pthread_rwlock_t *rw, clockid_t clock,
                                           const struct timespec *abstime) {
+  if (!wait_clock(clock)) return EINVAL;
   return rw_lock(rw, true, false, clock, abstime, true);
 }
 

@@ -194,6 +194,13 @@ static int mutex_errors_main(void *arg) {
   struct timespec bad = {0, 2000000000L};
   CHECK(iof_compat_pthread_mutex_timedlock(&m, &bad) == 0); /* free: taken */
   CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
+  /* A clock no clocked wait may use: EINVAL even on a free mutex, as
+   * glibc says before it looks at the mutex. */
+  struct timespec soon = {0, 0};
+  CHECK(iof_compat_pthread_mutex_clocklock(&m, CLOCK_PROCESS_CPUTIME_ID,
+                                           &soon) == EINVAL);
+  CHECK(iof_compat_pthread_mutex_clocklock(&m, CLOCK_MONOTONIC, &soon) == 0);
+  CHECK(iof_compat_pthread_mutex_unlock(&m) == 0);
   CHECK(iof_compat_pthread_mutex_destroy(&m) == 0);
   return 0;
 }
@@ -483,6 +490,11 @@ static int rw_main(void *arg) {
         EDEADLK);
   CHECK(iof_compat_pthread_rwlock_destroy(&rw) == EBUSY);
   CHECK(iof_compat_pthread_rwlock_unlock(&rw) == 0);
+  /* free, and a clock no clocked wait may use: EINVAL (glibc's check) */
+  CHECK(iof_compat_pthread_rwlock_clockrdlock(&rw, CLOCK_PROCESS_CPUTIME_ID,
+                                              &ts) == EINVAL);
+  CHECK(iof_compat_pthread_rwlock_clockwrlock(&rw, CLOCK_PROCESS_CPUTIME_ID,
+                                              &ts) == EINVAL);
   CHECK(iof_compat_pthread_rwlock_destroy(&rw) == 0);
   return 0;
 }
