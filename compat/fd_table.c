@@ -7,6 +7,7 @@
 #include "compat/sigmask_internal.h"
 
 #include <errno.h>
+#include <string.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -398,4 +399,41 @@ int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns, bool restart) {
   bool reg = iof__compat_intr_enter(f, &fw.op, restart);
   return iof__compat_intr_leave(
       reg, iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns));
+}
+
+int iof__fd_wait_plain_any(const int *fds, const int *events, int n,
+                           int64_t deadline_ns, unsigned *closed) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || n < 1 || n > IOF__FD_WAIT_ANY_MAX) return -EINVAL;
+  /* One record per fd, as iof__fd_wait_plain sets it up: linked to the
+   * slot of a number compat knows, plain otherwise. */
+  iof__fd_waiter w[IOF__FD_WAIT_ANY_MAX];
+  iof__fd_wait *fws[IOF__FD_WAIT_ANY_MAX];
+  memset(w, 0, (size_t)n * sizeof w[0]);
+  for (int i = 0; i < n; i++) {
+    w[i].fw.fd = fds[i];
+    w[i].fw.events = events[i];
+    iof__fd_slot *s = iof__fd_slot_peek(fds[i]);
+    if (s && (atomic_load_explicit(&s->flags, memory_order_acquire) &
+              IOF__FD_KNOWN)) {
+      w[i].slot = s;
+      w[i].gen = atomic_load_explicit(&s->gen, memory_order_acquire);
+      w[i].fw.on_arm = waiter_arm;
+      w[i].fw.on_disarm = waiter_disarm;
+    } else {
+      w[i].fw.on_arm = plain_arm;
+      w[i].fw.on_disarm = plain_disarm;
+    }
+    fws[i] = &w[i].fw;
+  }
+  bool reg = iof__compat_intr_enter(f, &w[0].fw.op, false);
+  int r = iof__compat_intr_leave(
+      reg, iof__fd_wait_any(fws, n, iof__compat_io(f), deadline_ns));
+  /* Closed (and maybe reused) before or while the wait ended. */
+  *closed = 0;
+  for (int i = 0; i < n; i++)
+    if (w[i].slot &&
+        atomic_load_explicit(&w[i].slot->gen, memory_order_acquire) != w[i].gen)
+      *closed |= 1u << i;
+  return *closed && (r == 0 || r == -EBADF) ? -EBADF : r;
 }

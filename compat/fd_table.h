@@ -122,6 +122,18 @@ IOF_HIDDEN int iof__fd_wait_op(iof__fd_op *op, int64_t deadline_ns,
 IOF_HIDDEN int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns,
                                   bool restart);
 
+/* The most fds poll and select wait on one by one (iof__fd_wait_plain_any);
+ * more go into a throwaway epoll set. */
+#define IOF__FD_WAIT_ANY_MAX 8
+
+/* iof__fd_wait_plain on n fds at once (1 <= n <= IOF__FD_WAIT_ANY_MAX, a
+ * launched fiber, never restarted): 0 when one is ready (the caller checks
+ * them all again), -EBADF when compat closed some meanwhile (bit i of
+ * *closed for fds[i]: the caller must not wait on that number again, which
+ * may name another file by now), else -errno. */
+IOF_HIDDEN int iof__fd_wait_plain_any(const int *fds, const int *events, int n,
+                                      int64_t deadline_ns, unsigned *closed);
+
 /* The launched fiber running here, or NULL. Unlike iof__sync_fiber it
  * never sets up fiber state for a thread that has none: the hook routes
  * every read of every thread through compat. */

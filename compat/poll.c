@@ -137,6 +137,39 @@ static int single_events(short ev) {
          (ev & (POLLOUT | POLLWRNORM) ? EV_WRITE : 0);
 }
 
+/* The fds of a poll array to wait on one by one (iof__fd_wait_plain_any):
+ * their count, or -1 when an ev_io cannot express one of them or there are
+ * more than IOF__FD_WAIT_ANY_MAX (the caller builds an epoll set). */
+static int poll_watch_list(const struct pollfd *fds, nfds_t n, int *wfd,
+                           int *wev) {
+  int k = 0;
+  for (nfds_t i = 0; i < n; i++) {
+    if (fds[i].fd < 0) continue;
+    int ev = single_events(fds[i].events);
+    if (!ev || k == IOF__FD_WAIT_ANY_MAX) return -1;
+    wfd[k] = fds[i].fd;
+    wev[k++] = ev;
+  }
+  return k ? k : -1;
+}
+
+/* After a wait on poll_watch_list's fds that some closed (bits of closed,
+ * by their index in its list): POLLNVAL for the entries of those numbers,
+ * nothing for the others (as for one fd, the numbers are not asked about again:
+ * they may name other files by now). The count of entries with revents. */
+static int closed_revents(struct pollfd *fds, nfds_t n, unsigned closed) {
+  int r = 0;
+  for (nfds_t i = 0, k = 0; i < n; i++) {
+    fds[i].revents = 0;
+    if (fds[i].fd < 0) continue;
+    if (closed & (1u << k++)) {
+      fds[i].revents = POLLNVAL;
+      r++;
+    }
+  }
+  return r;
+}
+
 /* Fairness among the fibers of an io thread. A thread that loops on
  * poll/select/epoll_wait calls that return at once (always something
  * ready that it does not consume, or a zero timeout) is preempted among
@@ -171,7 +204,8 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
   int ep = -1, sfd = -1;
   HOLD_FDS();
   bool built = false;
-  int single = 0;
+  int single = 0, nwatch = -1;
+  int wfd[IOF__FD_WAIT_ANY_MAX], wev[IOF__FD_WAIT_ANY_MAX];
   bool waited = false;
   for (;;) {
     int r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
@@ -186,9 +220,21 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
     /* The array is read once the kernel has (a wild one: its EFAULT). */
     if (!waited && n == 1 && fds[0].fd >= 0)
       single = single_events(fds[0].events);
-    if (!waited && mask && (sfd = iof__compat_admit_fd(mask)) >= 0) single = 0;
+    else if (!waited)
+      nwatch = poll_watch_list(fds, n, wfd, wev);
+    if (!waited && mask && (sfd = iof__compat_admit_fd(mask)) >= 0) {
+      single = 0;
+      nwatch = -1;
+    }
     if (single) {
       w = iof__fd_wait_plain(fds[0].fd, single, deadline, false);
+    } else if (nwatch > 0) {
+      /* A few fds: a watcher each on the loop, no throwaway epoll set
+       * (its create, adds and close: 4+ system calls per wait). */
+      unsigned closed;
+      w = iof__fd_wait_plain_any(wfd, wev, nwatch, deadline, &closed);
+      if (w == -EBADF) /* as the single fd's: POLLNVAL, and no new wait */
+        return finish(&g, ep, sfd, closed_revents(fds, n, closed), 0, saved);
     } else {
       if (!built) {
         built = true;
@@ -277,6 +323,23 @@ static bool sets_readable(fd_set *rd, fd_set *wr, fd_set *ex, size_t used) {
   return true;
 }
 
+/* The fds of select's sets to wait on one by one, as poll_watch_list:
+ * their count, or -1 (an exceptional condition, too many, none). */
+static int select_watch_list(int nfds, const fd_set *rd, const fd_set *wr,
+                             const fd_set *ex, int *wfd, int *wev) {
+  int k = 0;
+  for (int fd = 0; fd < nfds; fd++) {
+    if (ex && FD_ISSET(fd, ex)) return -1;
+    int ev = (rd && FD_ISSET(fd, rd) ? EV_READ : 0) |
+             (wr && FD_ISSET(fd, wr) ? EV_WRITE : 0);
+    if (!ev) continue;
+    if (k == IOF__FD_WAIT_ANY_MAX) return -1;
+    wfd[k] = fd;
+    wev[k++] = ev;
+  }
+  return k ? k : -1;
+}
+
 /* select in a fiber: the sets are checked with a zero timeout, restored
  * from copies before each check. */
 static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
@@ -294,6 +357,11 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
   int ep = -1, sfd = -1;
   HOLD_FDS();
   bool built = false;
+  int wfd[IOF__FD_WAIT_ANY_MAX], wev[IOF__FD_WAIT_ANY_MAX];
+  int nwatch = mask ? -1
+                    : select_watch_list(nfds, rd ? &r0 : NULL, wr ? &w0 : NULL,
+                                        ex ? &e0 : NULL, wfd, wev);
+  bool waited = false;
   for (bool first = true;; first = false) {
     /* The first try finds the sets intact: a read-only set gets the
      * kernel's EFAULT there, not a fault in a copy back. */
@@ -302,11 +370,24 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     if (ex && !first) memcpy(ex, &e0, used);
     int r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
     if (r != 0) {
-      if (!built) returned_at_once(r);
+      if (!built && !waited) returned_at_once(r);
       return finish(&g, ep, sfd, r, 0, saved);
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
       return finish(&g, ep, sfd, 0, 0, saved);
+    if (nwatch > 0) {
+      /* As poll: a watcher each for a few fds, no epoll set. */
+      unsigned closed;
+      int w = iof__fd_wait_plain_any(wfd, wev, nwatch, deadline, &closed);
+      waited = true;
+      busy_streak = 0;
+      if (w == -ETIMEDOUT || w == 0) continue;
+      /* A number closed meanwhile: select's EBADF, sets as given. */
+      if (rd) memcpy(rd, &r0, used);
+      if (wr) memcpy(wr, &w0, used);
+      if (ex) memcpy(ex, &e0, used);
+      return finish(&g, ep, sfd, -1, -w, saved);
+    }
     if (!built) {
       built = true;
       sfd = iof__compat_admit_fd(mask);

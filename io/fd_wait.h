@@ -24,6 +24,9 @@ struct iof__fd_wait {
    * usual stop-then-start within one loop round is a system call saved. */
   bool same_file;
   bool failed; /* libev could not watch the fd (EV_ERROR): it was woken */
+  /* In a wait on several fds (iof__fd_wait_any): the first one, whose op
+   * is the wait's record; NULL otherwise. */
+  iof__fd_wait *lead;
   /* Before the watcher starts; a result < 0 refuses the wait (returned). */
   int (*on_arm)(iof__fd_wait *fw);
   /* After the watcher stopped (only if on_arm accepted). */
@@ -36,6 +39,13 @@ struct iof__fd_wait {
  * -ECANCELED (stop token, shutdown); what on_arm refused with or
  * iof__fd_wait_cancel gave; -EPERM outside a launched fiber. */
 IOF_HIDDEN int iof__fd_wait_run(iof__fd_wait *fw, iof_io_context *io,
+                                int64_t deadline_ns);
+
+/* iof__fd_wait_run on n fds at once (1 <= n): ends when any of them is
+ * ready, set up as for one wait each (fd, events, hooks); fws[0]'s op is
+ * the record (cancel any of them to end it). If an on_arm refuses, the
+ * fds armed before it are disarmed and its result returned. */
+IOF_HIDDEN int iof__fd_wait_any(iof__fd_wait **fws, int n, iof_io_context *io,
                                 int64_t deadline_ns);
 
 /* From any thread, for a wait that on_arm accepted (so it is published):

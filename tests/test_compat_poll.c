@@ -527,6 +527,149 @@ static void test_poll_output_flags_single_fd(void **s) {
   close(c.sv[1]);
 }
 
+/* ---- a few fds: a watcher each, no epoll set -----------------------------
+ */
+
+/* poll and select on up to 8 fds wait with a watcher per fd on the loop;
+ * a throwaway epoll set (create, an add per fd, close: 4+ system calls per
+ * wait) is only for more fds or conditions a watcher cannot express. */
+
+typedef struct few_ctx {
+  int a[2], b[2];
+  int r_poll, r_select, r_many, r_closed;
+  short rev_a, rev_b, rev_closed;
+  bool sel_a, sel_b;
+  int epolls_before, during_poll, during_select, during_many;
+} few_ctx;
+
+static int few_poller(void *arg) {
+  few_ctx *c = arg;
+  struct pollfd f[3] = {
+      {c->a[0], POLLIN, 0}, {-1, POLLIN, 0}, {c->b[0], POLLIN, 0}};
+  c->r_poll = iof_compat_poll(f, 3, 5000);
+  c->rev_a = f[0].revents;
+  c->rev_b = f[2].revents;
+  char x;
+  CHECK(iof_compat_read(c->b[0], &x, 1) == 1);
+  /* select on the same two: the other one becomes readable. */
+  fd_set rd;
+  FD_ZERO(&rd);
+  FD_SET(c->a[0], &rd);
+  FD_SET(c->b[0], &rd);
+  int nfds = (c->a[0] > c->b[0] ? c->a[0] : c->b[0]) + 1;
+  struct timeval tv = {5, 0};
+  c->r_select = iof_compat_select(nfds, &rd, NULL, NULL, &tv);
+  c->sel_a = FD_ISSET(c->a[0], &rd);
+  c->sel_b = FD_ISSET(c->b[0], &rd);
+  CHECK(iof_compat_read(c->a[0], &x, 1) == 1);
+  /* nine fds: past the limit, an epoll set (still right). */
+  struct pollfd nine[9];
+  for (int i = 0; i < 9; i++) nine[i] = (struct pollfd){c->a[0], POLLIN, 0};
+  nine[8].fd = c->b[0];
+  c->r_many = iof_compat_poll(nine, 9, 5000);
+  CHECK(nine[8].revents == POLLIN && nine[0].revents == 0);
+  CHECK(iof_compat_read(c->b[0], &x, 1) == 1);
+  /* one of them closed by another fiber meanwhile: POLLNVAL for it. */
+  struct pollfd g[2] = {{c->a[0], POLLIN, 0}, {c->b[0], POLLIN, 0}};
+  c->r_closed = iof_compat_poll(g, 2, 5000);
+  c->rev_closed = g[1].revents;
+  return 0;
+}
+
+static int few_checker(void *arg) {
+  few_ctx *c = arg;
+  c->epolls_before = count_epoll_fds();
+  iof_compat_usleep(30 * 1000); /* the poller waits in poll */
+  c->during_poll = count_epoll_fds();
+  CHECK(iof_compat_write(c->b[1], "x", 1) == 1);
+  iof_compat_usleep(30 * 1000); /* in select */
+  c->during_select = count_epoll_fds();
+  CHECK(iof_compat_write(c->a[1], "y", 1) == 1);
+  iof_compat_usleep(30 * 1000); /* in the nine-fd poll */
+  c->during_many = count_epoll_fds();
+  CHECK(iof_compat_write(c->b[1], "z", 1) == 1);
+  iof_compat_usleep(30 * 1000); /* in the last poll */
+  CHECK(iof_compat_close(c->b[0]) == 0);
+  return 0;
+}
+
+static void test_poll_select_few_fds_no_epoll_set(void **s) {
+  (void)s;
+  few_ctx c = {0};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.a), 0);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.b), 0);
+  iof_io_context *io = new_io();
+  launch(io, few_checker, &c);
+  launch(io, few_poller, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(c.r_poll, 1);
+  assert_int_equal(c.rev_a, 0);
+  assert_int_equal(c.rev_b, POLLIN);
+  assert_int_equal(c.r_select, 1);
+  assert_true(c.sel_a && !c.sel_b);
+  assert_int_equal(c.r_many, 1);
+  assert_int_equal(c.r_closed, 1);
+  assert_int_equal(c.rev_closed, POLLNVAL);
+  assert_true(c.epolls_before > 0);
+  assert_int_equal(c.during_poll, c.epolls_before);
+  assert_int_equal(c.during_select, c.epolls_before);
+  assert_int_equal(c.during_many, c.epolls_before + 1);
+  close(c.a[0]);
+  close(c.a[1]);
+  close(c.b[1]);
+}
+
+/* select on two fds, one closed by another fiber meanwhile: EBADF, the
+ * sets as given; the number is not waited on again. */
+typedef struct sel_close_ctx {
+  int a[2], b[2];
+  int r, err;
+  bool a_set, b_set;
+} sel_close_ctx;
+
+static int sel_close_waiter(void *arg) {
+  sel_close_ctx *c = arg;
+  fd_set rd;
+  FD_ZERO(&rd);
+  FD_SET(c->a[0], &rd);
+  FD_SET(c->b[0], &rd);
+  int nfds = (c->a[0] > c->b[0] ? c->a[0] : c->b[0]) + 1;
+  struct timeval tv = {5, 0};
+  c->r = iof_compat_select(nfds, &rd, NULL, NULL, &tv);
+  c->err = errno;
+  c->a_set = FD_ISSET(c->a[0], &rd);
+  c->b_set = FD_ISSET(c->b[0], &rd);
+  return 0;
+}
+
+static int sel_close_closer(void *arg) {
+  sel_close_ctx *c = arg;
+  iof_compat_usleep(30 * 1000);
+  CHECK(iof_compat_close(c->b[0]) == 0);
+  return 0;
+}
+
+static void test_select_few_fds_one_closed(void **s) {
+  (void)s;
+  sel_close_ctx c = {0};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.a), 0);
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.b), 0);
+  iof_io_context *io = new_io();
+  launch(io, sel_close_waiter, &c);
+  launch(io, sel_close_closer, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(c.r, -1);
+  assert_int_equal(c.err, EBADF);
+  assert_true(c.a_set && c.b_set);
+  close(c.a[0]);
+  close(c.a[1]);
+  close(c.b[1]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -538,6 +681,8 @@ int main(void) {
       T(test_epoll_wait),
       T(test_poll_ends_on_close),
       T(test_poll_output_flags_single_fd),
+      T(test_poll_select_few_fds_no_epoll_set),
+      T(test_select_few_fds_one_closed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
