@@ -83,11 +83,12 @@ void iof__cwait_wake(iof__wait *w) {
   }
   iof__cwait *cw = (iof__cwait *)((char *)w - offsetof(iof__cwait, w));
   int e = errno;
-  atomic_store_explicit(&cw->futex, 1, memory_order_release);
-  /* The waiter may return (and its stack be reused) right after the
-   * store: a wake on a dead address is at worst a spurious wake-up, which
-   * every futex waiter tolerates. */
-  futex_wake(&cw->futex, 1);
+  /* Only a waiter asleep (2) needs the system call; one still spinning
+   * sees the 1. It may return (and its stack be reused) right after the
+   * exchange: a wake on a dead address is at worst a spurious wake-up,
+   * which every futex waiter tolerates. */
+  if (atomic_exchange_explicit(&cw->futex, 1, memory_order_acq_rel) == 2)
+    futex_wake(&cw->futex, 1);
   errno = e;
 }
 
@@ -114,8 +115,17 @@ int iof__cwait_block(void *op, iof__wait_begin begin, iof__cwait *cw,
       ts.tv_nsec = deadline_ns % 1000000000;
       tp = &ts;
     }
-    while (!atomic_load_explicit(&cw->futex, memory_order_acquire)) {
-      if (futex_wait(&cw->futex, 0, tp)) continue;
+    /* Fibers answer within microseconds; a sleep costs a futex wake and a
+     * reschedule on both sides. */
+    int64_t missed = iof__thread_spin(&cw->futex);
+    for (;;) {
+      /* 2: asleep, so the waker knows a wake-up call is due (1: woken). */
+      int v = 0;
+      if (!atomic_compare_exchange_strong_explicit(
+              &cw->futex, &v, 2, memory_order_acquire, memory_order_acquire) &&
+          v == 1)
+        break;
+      if (futex_wait(&cw->futex, 2, tp)) continue;
       /* Timed out: claim it ourselves, or a waker got there first and is
        * about to set the word (then wait for that: it uses cw). */
       int expect = IOF__W_WAITING;
@@ -127,6 +137,7 @@ int iof__cwait_block(void *op, iof__wait_begin begin, iof__cwait *cw,
       }
       tp = NULL;
     }
+    iof__thread_spin_woke(missed);
   }
   errno = e;
   return w->result;

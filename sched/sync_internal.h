@@ -224,6 +224,14 @@ IOF_HIDDEN int iof__wait_block_on(iof_fiber *self, iof_executor_ref where,
                                   void *op, iof__wait_begin begin, iof__wait *w,
                                   int64_t deadline_ns, int flags);
 
+/* A plain thread about to sleep until *flag turns non-zero (set by a
+ * fiber or another thread, often within microseconds): watches it for a
+ * while first, when the thread's recent waits ended that soon (the spin
+ * policy of sched_internal.h). Returns what iof__thread_spin_woke wants
+ * once the thread has slept and woken (0 when the spin saw the flag). */
+IOF_HIDDEN int64_t iof__thread_spin(atomic_int *flag);
+IOF_HIDDEN void iof__thread_spin_woke(int64_t missed);
+
 /* The launched fiber running here, or NULL (a thread or a raw fiber:
  * those block their thread). */
 IOF_HIDDEN iof_fiber *iof__sync_fiber(void);

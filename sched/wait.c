@@ -313,17 +313,20 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
 static __thread iof_spin_policy thread_spin
     __attribute__((tls_model("initial-exec")));
 
-static int64_t spin_for(iof__parker *p) {
+int64_t iof__thread_spin(atomic_int *flag) {
   if (!iof__spin_allowed(&thread_spin)) return 0;
   int64_t start = iof__now_ns(), spun = 0;
   int64_t len = iof__spin_begin(&thread_spin, start);
   bool set = false;
-  for (int i = 1;
-       !(set = atomic_load_explicit(&p->flag, memory_order_acquire)) &&
-       iof__spin_step(start, i, len, &spun);
+  for (int i = 1; !(set = atomic_load_explicit(flag, memory_order_acquire)) &&
+                  iof__spin_step(start, i, len, &spun);
        i++) {
   }
   return iof__spin_result(&thread_spin, set, start, spun);
+}
+
+void iof__thread_spin_woke(int64_t missed) {
+  iof__spin_woke(&thread_spin, missed);
 }
 
 static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
@@ -345,14 +348,14 @@ static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
     w->timer_armed = r == 0;
   }
   if (r == 0 && begin(op, w)) {
-    int64_t missed = spin_for(&p);
+    int64_t missed = iof__thread_spin(&p.flag);
     /* Taken even when the spin saw the flag: the waker may still be in
      * its critical section, and p is about to go. */
     pthread_mutex_lock(&p.m);
     while (!atomic_load_explicit(&p.flag, memory_order_relaxed))
       pthread_cond_wait(&p.c, &p.m);
     pthread_mutex_unlock(&p.m);
-    iof__spin_woke(&thread_spin, missed);
+    iof__thread_spin_woke(missed);
   }
   /* Waits for a fire in progress: it may still be signalling p. */
   if (w->timer_armed) iof__timer_cancel(&w->timer);
