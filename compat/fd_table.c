@@ -406,9 +406,11 @@ int iof__fd_wait_plain_any(const int *fds, const int *events, int n,
   iof_fiber *f = iof__compat_fiber();
   if (!f || n < 1 || n > IOF__FD_WAIT_ANY_MAX) return -EINVAL;
   /* One record per fd, as iof__fd_wait_plain sets it up: linked to the
-   * slot of a number compat knows, plain otherwise. */
-  iof__fd_waiter w[IOF__FD_WAIT_ANY_MAX];
-  iof__fd_wait *fws[IOF__FD_WAIT_ANY_MAX];
+   * slot of a number compat knows, plain otherwise. Sized by n (a record
+   * is ~460 bytes: poll is often called deep in a library, on a small
+   * stack). */
+  iof__fd_waiter w[n];
+  iof__fd_wait *fws[n];
   memset(w, 0, (size_t)n * sizeof w[0]);
   for (int i = 0; i < n; i++) {
     w[i].fw.fd = fds[i];

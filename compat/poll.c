@@ -155,19 +155,25 @@ static int poll_watch_list(const struct pollfd *fds, nfds_t n, int *wfd,
 
 /* After a wait on poll_watch_list's fds that some closed (bits of closed,
  * by their index in its list): POLLNVAL for the entries of those numbers,
- * nothing for the others (as for one fd, the numbers are not asked about again:
- * they may name other files by now). The count of entries with revents. */
+ * which are not asked about again (they may name other files by now), and
+ * the kernel's answer for the others. poll's result or -1 (errno). */
 static int closed_revents(struct pollfd *fds, nfds_t n, unsigned closed) {
-  int r = 0;
+  nfds_t at[IOF__FD_WAIT_ANY_MAX];
+  int fd[IOF__FD_WAIT_ANY_MAX], m = 0;
   for (nfds_t i = 0, k = 0; i < n; i++) {
-    fds[i].revents = 0;
     if (fds[i].fd < 0) continue;
     if (closed & (1u << k++)) {
-      fds[i].revents = POLLNVAL;
-      r++;
+      at[m] = i;
+      fd[m++] = fds[i].fd;
+      fds[i].fd = -1; /* left out of the check below */
     }
   }
-  return r;
+  int r = iof__libc.poll(fds, n, 0);
+  for (int j = 0; j < m; j++) {
+    fds[at[j]].fd = fd[j];
+    fds[at[j]].revents = POLLNVAL;
+  }
+  return r < 0 ? r : r + m;
 }
 
 /* Fairness among the fibers of an io thread. A thread that loops on

@@ -537,7 +537,7 @@ static void test_poll_output_flags_single_fd(void **s) {
 typedef struct few_ctx {
   int a[2], b[2];
   int r_poll, r_select, r_many, r_closed;
-  short rev_a, rev_b, rev_closed;
+  short rev_a, rev_b, rev_closed, rev_a_closed;
   bool sel_a, sel_b;
   int epolls_before, during_poll, during_select, during_many;
 } few_ctx;
@@ -573,6 +573,8 @@ static int few_poller(void *arg) {
   struct pollfd g[2] = {{c->a[0], POLLIN, 0}, {c->b[0], POLLIN, 0}};
   c->r_closed = iof_compat_poll(g, 2, 5000);
   c->rev_closed = g[1].revents;
+  c->rev_a_closed = g[0].revents;
+  CHECK(g[1].fd == c->b[0]); /* the array as given */
   return 0;
 }
 
@@ -589,6 +591,8 @@ static int few_checker(void *arg) {
   c->during_many = count_epoll_fds();
   CHECK(iof_compat_write(c->b[1], "z", 1) == 1);
   iof_compat_usleep(30 * 1000); /* in the last poll */
+  /* Ready and closed at once: both reported, the closed one POLLNVAL. */
+  CHECK(iof_compat_write(c->a[1], "w", 1) == 1);
   CHECK(iof_compat_close(c->b[0]) == 0);
   return 0;
 }
@@ -610,8 +614,9 @@ static void test_poll_select_few_fds_no_epoll_set(void **s) {
   assert_int_equal(c.r_select, 1);
   assert_true(c.sel_a && !c.sel_b);
   assert_int_equal(c.r_many, 1);
-  assert_int_equal(c.r_closed, 1);
+  assert_int_equal(c.r_closed, 2);
   assert_int_equal(c.rev_closed, POLLNVAL);
+  assert_int_equal(c.rev_a_closed, POLLIN);
   assert_true(c.epolls_before > 0);
   assert_int_equal(c.during_poll, c.epolls_before);
   assert_int_equal(c.during_select, c.epolls_before);

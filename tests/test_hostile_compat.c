@@ -37,6 +37,7 @@
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <ucontext.h>
 
 #define MS 1000000LL
 
@@ -1075,6 +1076,60 @@ static void compat_wild_vectors(void **state) {
   both_ways(wild_vector_calls);
 }
 
+/* A fiber that switched to a stack of its own (makecontext, as coroutine
+ * libraries do) placed below the fiber's stack, with an unreadable page
+ * above it: a header there lies between the running frame and the fiber's
+ * record, yet is not on the fiber's stack. sendmsg must answer EFAULT, as
+ * the plain call does, not read it in place. */
+static ucontext_t co_back, co_ctx;
+static int co_fd;
+static char *co_wild;
+static ssize_t co_res;
+static int co_err;
+
+static void co_send(void) {
+  errno = 0;
+  co_res = iof_compat_sendmsg(co_fd, (const struct msghdr *)co_wild, 0);
+  co_err = errno;
+}
+
+static int other_stack_send(void *arg) {
+  (void)arg;
+  int fds[2];
+  CHECK_EQ(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  size_t pg = 4096;
+  char local;
+  char *m = MAP_FAILED;
+  for (size_t off = 16u << 20; m == MAP_FAILED && off < (1u << 30);
+       off += 1u << 20)
+    m = mmap((char *)(((uintptr_t)&local & ~(pg - 1)) - off), 66 * pg,
+             PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  CHECK_EQ(m != MAP_FAILED, 1);
+  if (m == MAP_FAILED) return 0;
+  co_wild = m + 64 * pg;
+  CHECK_EQ(mprotect(co_wild, 2 * pg, PROT_NONE), 0);
+  co_fd = fds[0];
+  co_res = 0;
+  CHECK_EQ(getcontext(&co_ctx), 0);
+  co_ctx.uc_stack.ss_sp = m;
+  co_ctx.uc_stack.ss_size = 64 * pg;
+  co_ctx.uc_link = &co_back;
+  makecontext(&co_ctx, co_send, 0);
+  CHECK_EQ(swapcontext(&co_back, &co_ctx), 0);
+  CHECK_EQ(co_res, -1);
+  CHECK_EQ(co_err, EFAULT);
+  munmap(m, 66 * pg);
+  CHECK_EQ(iof_compat_close(fds[0]), 0);
+  CHECK_EQ(iof_compat_close(fds[1]), 0);
+  return 0;
+}
+
+static void compat_sendmsg_from_another_stack(void **state) {
+  (void)state;
+  both_ways(other_stack_send);
+}
+
 /* MSG_WAITALL on message sockets: one datagram (or seqpacket record) is
  * the whole answer, however short; the call must not wait for another. */
 static int waitall_message_calls(void *arg) {
@@ -1342,6 +1397,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_main_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_wild_vectors, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_sendmsg_from_another_stack, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(compat_waitall_on_messages, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_peek_waitall, reset, disarm),
