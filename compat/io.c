@@ -215,6 +215,21 @@ static bool is_byte_stream(int fd) {
          type == SOCK_STREAM;
 }
 
+/* What is left of iov[0..n) past its first `done` bytes (fewer than the
+ * vector holds), as a vector in v (room for n entries): its count. */
+static size_t iov_rest(const struct iovec *iov, size_t n, size_t done,
+                       struct iovec *v) {
+  size_t skip = done, k = 0, cnt = 0;
+  while (skip >= iov[k].iov_len) skip -= iov[k++].iov_len;
+  for (; k < n; k++, cnt++) {
+    v[cnt] = iov[k];
+    v[cnt].iov_base = (char *)v[cnt].iov_base + skip;
+    v[cnt].iov_len -= skip;
+    skip = 0;
+  }
+  return cnt;
+}
+
 #define IOF__IOV_READ 64
 
 /* recvmsg(MSG_WAITALL) on a byte stream after a first read of `got`
@@ -229,14 +244,7 @@ static ssize_t recvmsg_rest(iof__fd_op *op, int fd, struct msghdr *msg,
   if (got >= total || msg->msg_iovlen > IOF__IOV_READ) return (ssize_t)got;
   struct iovec v[IOF__IOV_READ];
   for (;;) {
-    size_t skip = got, k = 0, cnt = 0;
-    while (skip >= msg->msg_iov[k].iov_len) skip -= msg->msg_iov[k++].iov_len;
-    for (; k < msg->msg_iovlen; k++, cnt++) {
-      v[cnt] = msg->msg_iov[k];
-      v[cnt].iov_base = (char *)v[cnt].iov_base + skip;
-      v[cnt].iov_len -= skip;
-      skip = 0;
-    }
+    size_t cnt = iov_rest(msg->msg_iov, msg->msg_iovlen, got, v);
     struct msghdr m = {0};
     m.msg_iov = v;
     m.msg_iovlen = cnt;
@@ -427,14 +435,7 @@ static ssize_t putv_all(int fd, const struct msghdr *msg, int flags,
       if (done >= total || msg->msg_iovlen > IOF__IOV_COPY)
         return (ssize_t)done;
       /* Rebuild the rest from the original vector. */
-      size_t skip = done, k = 0, cnt = 0;
-      while (skip >= msg->msg_iov[k].iov_len) skip -= msg->msg_iov[k++].iov_len;
-      for (; k < msg->msg_iovlen; k++, cnt++) {
-        v[cnt] = msg->msg_iov[k];
-        v[cnt].iov_base = (char *)v[cnt].iov_base + skip;
-        v[cnt].iov_len -= skip;
-        skip = 0;
-      }
+      size_t cnt = iov_rest(msg->msg_iov, msg->msg_iovlen, done, v);
       m = *msg;
       m.msg_iov = v;
       m.msg_iovlen = cnt;
