@@ -176,6 +176,15 @@ static int closed_revents(struct pollfd *fds, nfds_t n, unsigned closed) {
   return r < 0 ? r : r + m;
 }
 
+/* A masked call's signalfd (iof__compat_admit_fd) added to a watch list
+ * of nwatch fds: the new count, or -1 (no room: an epoll set then). */
+static int admit_watch(int nwatch, int *wfd, int *wev, int sfd) {
+  if (nwatch < 1 || nwatch >= IOF__FD_WAIT_ANY_MAX) return -1;
+  wfd[nwatch] = sfd;
+  wev[nwatch] = EV_READ;
+  return nwatch + 1;
+}
+
 /* Fairness among the fibers of an io thread. A thread that loops on
  * poll/select/epoll_wait calls that return at once (always something
  * ready that it does not consume, or a zero timeout) is preempted among
@@ -229,8 +238,14 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
     else if (!waited)
       nwatch = poll_watch_list(fds, n, wfd, wev);
     if (!waited && mask && (sfd = iof__compat_admit_fd(mask)) >= 0) {
-      single = 0;
-      nwatch = -1;
+      /* The signal the mask lets in is one more fd to watch. */
+      if (single) {
+        wfd[0] = fds[0].fd;
+        wev[0] = single;
+        nwatch = 1;
+        single = 0;
+      }
+      nwatch = admit_watch(nwatch, wfd, wev, sfd);
     }
     if (single) {
       w = iof__fd_wait_plain(fds[0].fd, single, deadline, false);
@@ -364,9 +379,8 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
   HOLD_FDS();
   bool built = false;
   int wfd[IOF__FD_WAIT_ANY_MAX], wev[IOF__FD_WAIT_ANY_MAX];
-  int nwatch = mask ? -1
-                    : select_watch_list(nfds, rd ? &r0 : NULL, wr ? &w0 : NULL,
-                                        ex ? &e0 : NULL, wfd, wev);
+  int nwatch = select_watch_list(nfds, rd ? &r0 : NULL, wr ? &w0 : NULL,
+                                 ex ? &e0 : NULL, wfd, wev);
   bool waited = false;
   for (bool first = true;; first = false) {
     /* The first try finds the sets intact: a read-only set gets the
@@ -381,6 +395,8 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
       return finish(&g, ep, sfd, 0, 0, saved);
+    if (!waited && !built && mask && (sfd = iof__compat_admit_fd(mask)) >= 0)
+      nwatch = admit_watch(nwatch, wfd, wev, sfd);
     if (nwatch > 0) {
       /* As poll: a watcher each for a few fds, no epoll set. */
       unsigned closed;
@@ -396,7 +412,6 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     }
     if (!built) {
       built = true;
-      sfd = iof__compat_admit_fd(mask);
       ep = epoll_create1(EPOLL_CLOEXEC);
       for (int fd = 0; ep >= 0 && fd < nfds; fd++) {
         uint32_t ev = (rd && FD_ISSET(fd, &r0) ? EPOLLIN : 0) |
@@ -483,7 +498,7 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
                        int64_t deadline, const sigset_t *mask) {
   int saved = errno;
   bool waited = false;
-  int ep = -1, sfd = -1; /* with a masked call's signalfd: both in ep */
+  int ep = -1, sfd = -1; /* ep stays -1: HOLD_FDS and finish take both */
   HOLD_FDS();
   for (;;) {
     /* epoll_pwait with a zero timeout returns before it looks for signals:
@@ -497,22 +512,25 @@ static int epoll_fiber(int epfd, struct epoll_event *events, int max,
     }
     if (deadline >= 0 && iof__now_ns() >= deadline)
       return finish(&g, ep, sfd, 0, 0, saved);
-    if (!waited && (sfd = iof__compat_admit_fd(mask)) >= 0) {
-      ep = epoll_create1(EPOLL_CLOEXEC);
-      if (ep >= 0 &&
-          (ep_add(ep, epfd, EPOLLIN) < 0 || ep_add(ep, sfd, EPOLLIN) < 0)) {
-        ep_close(ep);
-        ep = -1;
-      }
+    if (!waited && mask) sfd = iof__compat_admit_fd(mask);
+    int w;
+    if (sfd >= 0) {
+      /* The epoll fd and the signal the mask lets in, a watcher each. */
+      int wfd[2] = {epfd, sfd}, wev[2] = {EV_READ, EV_READ};
+      unsigned closed;
+      w = iof__fd_wait_plain_any(wfd, wev, 2, deadline, &closed);
+      if (w == -EBADF && (closed & 1)) /* epfd closed by another fiber */
+        return finish(&g, ep, sfd, -1, EBADF, saved);
+    } else {
+      w = iof__fd_wait_plain(epfd, EV_READ, deadline, false);
     }
-    int w = iof__fd_wait_plain(ep >= 0 ? ep : epfd, EV_READ, deadline, false);
     waited = true;
     busy_streak = 0;
     if (w == -ETIMEDOUT) {
       r = iof__libc.epoll_pwait(epfd, events, max, 0, mask);
       return finish(&g, ep, sfd, r, 0, saved);
     }
-    if (w == -EBADF && ep < 0) /* epfd closed by another fiber */
+    if (w == -EBADF && sfd < 0) /* epfd closed by another fiber */
       return finish(&g, ep, sfd, -1, EBADF, saved);
     if (w < 0 && w != -EBADF) return finish(&g, ep, sfd, -1, -w, saved);
   }
