@@ -675,6 +675,69 @@ static void test_select_few_fds_one_closed(void **s) {
   close(c.b[1]);
 }
 
+/* Masked waits: the signalfd of the signals the mask lets in (SIGUSR2,
+ * blocked on the thread here) is one more watched fd, not a reason for an
+ * epoll set. */
+typedef struct masked_ctx {
+  int p[2];
+  int r_ppoll, r_pselect;
+  int epolls_before, during_ppoll, during_pselect;
+} masked_ctx;
+
+static int masked_waiter(void *arg) {
+  masked_ctx *c = arg;
+  sigset_t let_in;
+  pthread_sigmask(SIG_BLOCK, NULL, &let_in);
+  sigdelset(&let_in, SIGUSR2);
+  struct timespec ts = {5, 0};
+  struct pollfd f = {c->p[0], POLLIN, 0};
+  c->r_ppoll = iof_compat_ppoll(&f, 1, &ts, &let_in);
+  char x;
+  CHECK(iof_compat_read(c->p[0], &x, 1) == 1);
+  fd_set rd;
+  FD_ZERO(&rd);
+  FD_SET(c->p[0], &rd);
+  c->r_pselect = iof_compat_pselect(c->p[0] + 1, &rd, NULL, NULL, &ts, &let_in);
+  CHECK(iof_compat_read(c->p[0], &x, 1) == 1);
+  return 0;
+}
+
+static int masked_checker(void *arg) {
+  masked_ctx *c = arg;
+  c->epolls_before = count_epoll_fds();
+  iof_compat_usleep(30 * 1000); /* in ppoll */
+  c->during_ppoll = count_epoll_fds();
+  CHECK(iof_compat_write(c->p[1], "x", 1) == 1);
+  iof_compat_usleep(30 * 1000); /* in pselect */
+  c->during_pselect = count_epoll_fds();
+  CHECK(iof_compat_write(c->p[1], "y", 1) == 1);
+  return 0;
+}
+
+static void test_masked_waits_no_epoll_set(void **s) {
+  (void)s;
+  sigset_t usr2, old;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &usr2, &old);
+  masked_ctx c = {0};
+  assert_int_equal(pipe(c.p), 0);
+  iof_io_context *io = new_io();
+  launch(io, masked_checker, &c);
+  launch(io, masked_waiter, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  assert_no_failures();
+  assert_int_equal(c.r_ppoll, 1);
+  assert_int_equal(c.r_pselect, 1);
+  assert_true(c.epolls_before > 0);
+  assert_int_equal(c.during_ppoll, c.epolls_before);
+  assert_int_equal(c.during_pselect, c.epolls_before);
+  close(c.p[0]);
+  close(c.p[1]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -688,6 +751,7 @@ int main(void) {
       T(test_poll_output_flags_single_fd),
       T(test_poll_select_few_fds_no_epoll_set),
       T(test_select_few_fds_one_closed),
+      T(test_masked_waits_no_epoll_set),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
