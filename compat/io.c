@@ -547,8 +547,28 @@ static void passed_fds_blocking(const struct msghdr *msg) {
   control_fds_blocking(&h);
 }
 
+/* Whether a send on fd may carry SCM_RIGHTS: only a Unix-domain socket's
+ * can. Asked of the kernel once per fd compat knows and kept in its slot,
+ * so that sends on TCP and UDP sockets never read the caller's header
+ * (which may cost a copy by the kernel). When unsure: yes. */
+static bool may_pass_fds(int fd) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  unsigned st = s ? atomic_load_explicit(&s->flags, memory_order_acquire) : 0;
+  if (st & IOF__FD_DOMAIN) return st & IOF__FD_UNIX;
+  int dom = 0, saved = errno;
+  socklen_t len = sizeof dom;
+  bool unix_sock =
+      iof__libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) != 0 ||
+      dom == AF_UNIX;
+  errno = saved;
+  if (st & IOF__FD_KNOWN)
+    atomic_compare_exchange_strong(
+        &s->flags, &st, st | IOF__FD_DOMAIN | (unix_sock ? IOF__FD_UNIX : 0));
+  return unix_sock;
+}
+
 ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags) {
-  passed_fds_blocking(msg);
+  if (may_pass_fds(fd)) passed_fds_blocking(msg);
   return putv_all(fd, msg, flags, true);
 }
 
@@ -572,7 +592,8 @@ int iof_compat_sendmmsg(int fd, struct mmsghdr *vec, unsigned int n,
                         int flags) {
   /* As sendmsg: the headers are read through copies, a batch at a time. */
   struct mmsghdr batch[16];
-  for (unsigned int i = 0; vec && i < n && i < UIO_MAXIOV;) {
+  bool pass = vec && may_pass_fds(fd);
+  for (unsigned int i = 0; pass && i < n && i < UIO_MAXIOV;) {
     unsigned int k = n - i < 16 ? n - i : 16;
     if (!copy_in(batch, vec + i, k * sizeof *batch)) break;
     for (unsigned int j = 0; j < k; j++)
