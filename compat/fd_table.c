@@ -374,41 +374,13 @@ static void plain_disarm(iof__fd_wait *fw) {
   slot_unlock(s);
 }
 
-int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns, bool restart) {
-  iof_fiber *f = iof__compat_fiber();
-  if (!f) return thread_wait(fd, events, deadline_ns);
-  /* A number compat knows is watched through its slot: a close from
-   * another fiber ends the wait, and a reused number never reaches it.
-   * poll and select are never restarted by SA_RESTART. */
-  iof__fd_slot *s = iof__fd_slot_peek(fd);
-  if (s &&
-      (atomic_load_explicit(&s->flags, memory_order_acquire) & IOF__FD_KNOWN)) {
-    iof__fd_op op = {0};
-    op.slot = s;
-    op.fiber = f;
-    op.gen = atomic_load_explicit(&s->gen, memory_order_acquire);
-    op.fd = fd;
-    op.events = events;
-    return waiter_wait(&op, deadline_ns, restart);
-  }
-  iof__fd_wait fw = {0};
-  fw.fd = fd;
-  fw.events = events;
-  fw.on_arm = plain_arm;
-  fw.on_disarm = plain_disarm;
-  bool reg = iof__compat_intr_enter(f, &fw.op, restart);
-  return iof__compat_intr_leave(
-      reg, iof__fd_wait_run(&fw, iof__compat_io(f), deadline_ns));
-}
-
-int iof__fd_wait_plain_any(const int *fds, const int *events, int n,
-                           int64_t deadline_ns, unsigned *closed) {
-  iof_fiber *f = iof__compat_fiber();
-  if (!f || n < 1 || n > IOF__FD_WAIT_ANY_MAX) return -EINVAL;
-  /* One record per fd, as iof__fd_wait_plain sets it up: linked to the
-   * slot of a number compat knows, plain otherwise. Sized by n (a record
-   * is ~460 bytes: poll is often called deep in a library, on a small
-   * stack). */
+/* A fiber's wait on n fds: one record per fd, linked to the slot of a
+ * number compat knows (a close from another fiber ends the wait, and a
+ * reused number never reaches it), plain otherwise. Sized by n (a record
+ * is ~460 bytes: poll is often called deep in a library, on a small
+ * stack). */
+static int wait_fds(iof_fiber *f, const int *fds, const int *events, int n,
+                    int64_t deadline_ns, bool restart, unsigned *closed) {
   iof__fd_waiter w[n];
   iof__fd_wait *fws[n];
   memset(w, 0, (size_t)n * sizeof w[0]);
@@ -428,7 +400,7 @@ int iof__fd_wait_plain_any(const int *fds, const int *events, int n,
     }
     fws[i] = &w[i].fw;
   }
-  bool reg = iof__compat_intr_enter(f, &w[0].fw.op, false);
+  bool reg = iof__compat_intr_enter(f, &w[0].fw.op, restart);
   int r = iof__compat_intr_leave(
       reg, iof__fd_wait_any(fws, n, iof__compat_io(f), deadline_ns));
   /* Closed (and maybe reused) before or while the wait ended. */
@@ -438,4 +410,18 @@ int iof__fd_wait_plain_any(const int *fds, const int *events, int n,
         atomic_load_explicit(&w[i].slot->gen, memory_order_acquire) != w[i].gen)
       *closed |= 1u << i;
   return *closed && (r == 0 || r == -EBADF) ? -EBADF : r;
+}
+
+int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns, bool restart) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f) return thread_wait(fd, events, deadline_ns);
+  unsigned closed;
+  return wait_fds(f, &fd, &events, 1, deadline_ns, restart, &closed);
+}
+
+int iof__fd_wait_plain_any(const int *fds, const int *events, int n,
+                           int64_t deadline_ns, unsigned *closed) {
+  iof_fiber *f = iof__compat_fiber();
+  if (!f || n < 1 || n > IOF__FD_WAIT_ANY_MAX) return -EINVAL;
+  return wait_fds(f, fds, events, n, deadline_ns, false, closed);
 }
