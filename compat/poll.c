@@ -219,7 +219,7 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
   int ep = -1, sfd = -1;
   HOLD_FDS();
   bool built = false;
-  int single = 0, nwatch = -1;
+  int nwatch = -1;
   int wfd[IOF__FD_WAIT_ANY_MAX], wev[IOF__FD_WAIT_ANY_MAX];
   bool waited = false;
   for (;;) {
@@ -233,28 +233,18 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
       return finish(&g, ep, sfd, 0, 0, saved);
     int w;
     /* The array is read once the kernel has (a wild one: its EFAULT). */
-    if (!waited && n == 1 && fds[0].fd >= 0)
-      single = single_events(fds[0].events);
-    else if (!waited)
+    if (!waited) {
       nwatch = poll_watch_list(fds, n, wfd, wev);
-    if (!waited && mask && (sfd = iof__compat_admit_fd(mask)) >= 0) {
       /* The signal the mask lets in is one more fd to watch. */
-      if (single) {
-        wfd[0] = fds[0].fd;
-        wev[0] = single;
-        nwatch = 1;
-        single = 0;
-      }
-      nwatch = admit_watch(nwatch, wfd, wev, sfd);
+      if (mask && (sfd = iof__compat_admit_fd(mask)) >= 0)
+        nwatch = admit_watch(nwatch, wfd, wev, sfd);
     }
-    if (single) {
-      w = iof__fd_wait_plain(fds[0].fd, single, deadline, false);
-    } else if (nwatch > 0) {
+    if (nwatch > 0) {
       /* A few fds: a watcher each on the loop, no throwaway epoll set
        * (its create, adds and close: 4+ system calls per wait). */
       unsigned closed;
       w = iof__fd_wait_plain_any(wfd, wev, nwatch, deadline, &closed);
-      if (w == -EBADF) /* as the single fd's: POLLNVAL, and no new wait */
+      if (w == -EBADF) /* some closed: POLLNVAL, and no new wait on them */
         return finish(&g, ep, sfd, closed_revents(fds, n, closed), 0, saved);
     } else {
       if (!built) {
@@ -278,12 +268,6 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
       r = mask ? iof__libc.ppoll(fds, n, &zero_ts, mask)
                : iof__libc.poll(fds, n, 0);
       return finish(&g, ep, sfd, r, 0, saved);
-    }
-    if (w == -EBADF && single) {
-      /* Closed by another fiber: what poll says of a closed number,
-       * without asking about whatever file took the number since. */
-      fds[0].revents = POLLNVAL;
-      return finish(&g, ep, sfd, 1, 0, saved);
     }
     if (w < 0 && w != -EBADF) return finish(&g, ep, sfd, -1, -w, saved);
   }
@@ -344,6 +328,14 @@ static bool sets_readable(fd_set *rd, fd_set *wr, fd_set *ex, size_t used) {
   return true;
 }
 
+/* Puts the caller's sets back as given (from the copies r0, w0, e0). */
+static void sets_back(fd_set *rd, fd_set *wr, fd_set *ex, const fd_set *r0,
+                      const fd_set *w0, const fd_set *e0, size_t used) {
+  if (rd) memcpy(rd, r0, used);
+  if (wr) memcpy(wr, w0, used);
+  if (ex) memcpy(ex, e0, used);
+}
+
 /* The fds of select's sets to wait on one by one, as poll_watch_list:
  * their count, or -1 (an exceptional condition, too many, none). */
 static int select_watch_list(int nfds, const fd_set *rd, const fd_set *wr,
@@ -385,9 +377,7 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
   for (bool first = true;; first = false) {
     /* The first try finds the sets intact: a read-only set gets the
      * kernel's EFAULT there, not a fault in a copy back. */
-    if (rd && !first) memcpy(rd, &r0, used);
-    if (wr && !first) memcpy(wr, &w0, used);
-    if (ex && !first) memcpy(ex, &e0, used);
+    if (!first) sets_back(rd, wr, ex, &r0, &w0, &e0, used);
     int r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
     if (r != 0) {
       if (!built && !waited) returned_at_once(r);
@@ -397,54 +387,40 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
       return finish(&g, ep, sfd, 0, 0, saved);
     if (!waited && !built && mask && (sfd = iof__compat_admit_fd(mask)) >= 0)
       nwatch = admit_watch(nwatch, wfd, wev, sfd);
+    int w;
     if (nwatch > 0) {
-      /* As poll: a watcher each for a few fds, no epoll set. */
+      /* As poll: a watcher each for a few fds, no epoll set. A number
+       * closed meanwhile ends it with EBADF, select's answer. */
       unsigned closed;
-      int w = iof__fd_wait_plain_any(wfd, wev, nwatch, deadline, &closed);
-      waited = true;
-      busy_streak = 0;
-      if (w == -ETIMEDOUT || w == 0) continue;
-      /* A number closed meanwhile: select's EBADF, sets as given. */
-      if (rd) memcpy(rd, &r0, used);
-      if (wr) memcpy(wr, &w0, used);
-      if (ex) memcpy(ex, &e0, used);
-      return finish(&g, ep, sfd, -1, -w, saved);
-    }
-    if (!built) {
-      built = true;
-      ep = epoll_create1(EPOLL_CLOEXEC);
-      for (int fd = 0; ep >= 0 && fd < nfds; fd++) {
-        uint32_t ev = (rd && FD_ISSET(fd, &r0) ? EPOLLIN : 0) |
-                      (wr && FD_ISSET(fd, &w0) ? EPOLLOUT : 0) |
-                      (ex && FD_ISSET(fd, &e0) ? EPOLLPRI : 0);
-        if (ev && ep_add(ep, fd, ev) < 0) {
+      w = iof__fd_wait_plain_any(wfd, wev, nwatch, deadline, &closed);
+    } else {
+      if (!built) {
+        built = true;
+        ep = epoll_create1(EPOLL_CLOEXEC);
+        for (int fd = 0; ep >= 0 && fd < nfds; fd++) {
+          uint32_t ev = (rd && FD_ISSET(fd, &r0) ? EPOLLIN : 0) |
+                        (wr && FD_ISSET(fd, &w0) ? EPOLLOUT : 0) |
+                        (ex && FD_ISSET(fd, &e0) ? EPOLLPRI : 0);
+          if (ev && ep_add(ep, fd, ev) < 0) {
+            ep_close(ep);
+            ep = -1;
+          }
+        }
+        if (ep_add_admit(ep, sfd) < 0) {
           ep_close(ep);
           ep = -1;
         }
       }
-      if (ep_add_admit(ep, sfd) < 0) {
-        ep_close(ep);
-        ep = -1;
-      }
+      w = wait_set(ep, deadline);
     }
-    int w = wait_set(ep, deadline);
+    waited = true;
     busy_streak = 0;
-    if (w == -ETIMEDOUT) {
-      if (rd) memcpy(rd, &r0, used);
-      if (wr) memcpy(wr, &w0, used);
-      if (ex) memcpy(ex, &e0, used);
-      r = iof__libc.pselect(nfds, rd, wr, ex, &zero_ts, mask);
-      return finish(&g, ep, sfd, r, 0, saved);
-    }
-    if (w < 0) {
-      /* A failed select leaves the sets as they were given (an EINTR
-       * above all: callers that loop on it pass the same sets again),
-       * not as the last check emptied them. */
-      if (rd) memcpy(rd, &r0, used);
-      if (wr) memcpy(wr, &w0, used);
-      if (ex) memcpy(ex, &e0, used);
-      return finish(&g, ep, sfd, -1, -w, saved);
-    }
+    if (w == 0 || w == -ETIMEDOUT) continue; /* the next check decides */
+    /* A failed select leaves the sets as they were given (an EINTR above
+     * all: callers that loop on it pass the same sets again), not as the
+     * last check emptied them. */
+    sets_back(rd, wr, ex, &r0, &w0, &e0, used);
+    return finish(&g, ep, sfd, -1, -w, saved);
   }
 }
 
