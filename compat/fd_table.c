@@ -309,7 +309,7 @@ static int thread_wait(int fd, int events, int64_t deadline_ns) {
 
 /* A fiber's wait linked to op's slot, so that close ends it with -EBADF.
  * restart: whether SA_RESTART would have restarted the blocking call. */
-static int waiter_wait(iof__fd_op *op, int64_t deadline_ns, bool restart) {
+int iof__fd_wait_op(iof__fd_op *op, int64_t deadline_ns, bool restart) {
   iof__fd_waiter w = {0};
   w.fw.fd = op->fd;
   w.fw.events = op->events;
@@ -326,15 +326,11 @@ static int waiter_wait(iof__fd_op *op, int64_t deadline_ns, bool restart) {
   return r;
 }
 
-int iof__fd_wait_op(iof__fd_op *op, int64_t deadline_ns, bool restart) {
-  return waiter_wait(op, deadline_ns, restart);
-}
-
 int iof__fd_wait_for(iof__fd_op *op, int64_t deadline_ns) {
   if (!op->fiber) return thread_wait(op->fd, op->events, deadline_ns);
   /* A timeout on the socket makes the call one SA_RESTART does not
    * restart. */
-  return waiter_wait(op, deadline_ns, deadline_ns < 0);
+  return iof__fd_wait_op(op, deadline_ns, deadline_ns < 0);
 }
 
 bool iof__fd_again(iof__fd_op *op) {
