@@ -172,16 +172,18 @@ IOF_HIDDEN iof_transfer iof__landed(iof_transfer t);
 
 /* The landing code handles the usual switch itself, without the call: a
  * resume, or a suspend with no hook (a park, a hand-off), from a fiber
- * with a guarded stack. It stores the switcher's context (rax, the fctx
- * jump_fcontext hands over) and, for a suspend, its state; anything else
- * (a hook, an exit, a dense stack, ASan's bookkeeping) goes to
- * iof__landed. The offsets are checked below. */
+ * with a guarded stack, and an exit with no on_exit (a spawn's last
+ * switch). It stores the switcher's context (rax, the fctx jump_fcontext
+ * hands over) and, for a suspend or an exit, its state; anything else (a
+ * hook, on_exit, a dense stack, ASan's bookkeeping) goes to iof__landed.
+ * The offsets are checked below. */
 #define IOF_SW_FROM 0
 #define IOF_SW_HOOK 16
 #define IOF_SW_KIND 32
 #define IOF_FB_CTX 0
 #define IOF_FB_STATE 16
 #define IOF_FB_SOFT_LO 128
+#define IOF_FB_ON_EXIT 88
 #define IOF_STR_(x) #x
 #define IOF_STR(x) IOF_STR_(x)
 /* clang-format off */
@@ -196,7 +198,7 @@ IOF_HIDDEN iof_transfer iof__landed(iof_transfer t);
   "  jne 3f\n"                                                         \
   "  movl " IOF_STR(IOF_SW_KIND) "(%rdx), %r8d\n"                      \
   "  cmpl $1, %r8d\n" /* SW_SUSPEND; SW_RESUME is 0 */                 \
-  "  ja 3f\n"                                                          \
+  "  ja 5f\n"                                                          \
   "  movq %rax, " IOF_STR(IOF_FB_CTX) "(%rcx)\n" /* flags kept */      \
   "  jne 4f\n"                                                         \
   "  movl $2, " IOF_STR(IOF_FB_STATE) "(%rcx)\n" /* IOF_FS_SUSPENDED */ \
@@ -204,6 +206,11 @@ IOF_HIDDEN iof_transfer iof__landed(iof_transfer t);
   "  xorl %eax, %eax\n"                                                \
   "  popq %rcx\n"                                                      \
   "  jmp *%rcx\n"                                                      \
+  "5:\n" /* SW_EXIT: done, unless on_exit has to run */               \
+  "  cmpq $0, " IOF_STR(IOF_FB_ON_EXIT) "(%rcx)\n"                    \
+  "  jne 3f\n"                                                         \
+  "  movl $3, " IOF_STR(IOF_FB_STATE) "(%rcx)\n" /* IOF_FS_DONE */     \
+  "  jmp 4b\n"                                                         \
   "3:\n"
 #endif
 /* clang-format on */
@@ -241,10 +248,12 @@ _Static_assert(offsetof(iof_fiber, ctx) == IOF_FB_CTX, "landing: ctx");
 _Static_assert(offsetof(iof_fiber, state) == IOF_FB_STATE, "landing: state");
 _Static_assert(offsetof(iof_fiber, soft_lo) == IOF_FB_SOFT_LO,
                "landing: soft_lo");
+_Static_assert(offsetof(iof_fiber, on_exit) == IOF_FB_ON_EXIT,
+               "landing: on_exit");
 _Static_assert(sizeof(((iof_fiber *)0)->state) == 4, "landing: state size");
 _Static_assert(SW_RESUME == 0 && SW_SUSPEND == 1 && SW_EXIT == 2,
                "landing: kinds");
-_Static_assert(IOF_FS_SUSPENDED == 2, "landing: suspended");
+_Static_assert(IOF_FS_SUSPENDED == 2 && IOF_FS_DONE == 3, "landing: states");
 
 static __thread switch_msg tls_msg __attribute__((tls_model("initial-exec")));
 
@@ -283,10 +292,10 @@ __attribute__((noinline)) static iof_transfer landed_exit(iof_fiber *from) {
 }
 #endif
 
-/* What the landing code leaves to C (see iof__switch): a fiber's exit
- * (once per spawn) without the callee-saved register spills the hook call
- * costs landed_full, and, where the landing code has no fast path (ASan
- * builds take landed_full), the plain resumes and suspends. */
+/* What the landing code leaves to C (see iof__switch): an exit with an
+ * on_exit to run (every launched fiber's) without the callee-saved register
+ * spills the hook call costs landed_full, and, where the landing code has no
+ * fast path (ASan builds take landed_full), the plain resumes and suspends. */
 iof_transfer iof__landed(iof_transfer t) {
 #ifndef IOF_ASAN
   switch_msg *m = t.data;
@@ -377,7 +386,8 @@ static void fiber_entry(iof_transfer t) {
   (void)land(t);
   self->status = self->fn(self->arg);
   if (self->fls) iof__fls_run_destructors(self);
-  iof_thread_state *th = iof__thread();
+  /* The thread that resumed this fiber set itself up before. */
+  iof_thread_state *th = &tls_state;
   switch_to(th, self, self->resumer, SW_EXIT, NULL, NULL);
   __builtin_unreachable();
 }
