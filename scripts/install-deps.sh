@@ -29,6 +29,10 @@ PACKAGES=(
   python3
   libcurl4-openssl-dev
   lmdb-utils
+  tinyproxy-bin
+  microsocks
+  stunnel4
+  openssl
 )
 if [[ "${1:-}" == "--bench" ]]; then
   PACKAGES+=(libuv1-dev libst-dev wrk gnuplot-nox)
