@@ -386,8 +386,14 @@ static void fiber_entry(iof_transfer t) {
   (void)land(t);
   self->status = self->fn(self->arg);
   if (self->fls) iof__fls_run_destructors(self);
-  /* The thread that resumed this fiber set itself up before. */
-  iof_thread_state *th = &tls_state;
+    /* The thread that resumed this fiber last set itself up before; fn may
+     * have moved the fiber to another thread, so the address is read anew
+     * (IOF__TLS_ADDR), never one the compiler kept across the call. */
+#ifdef IOF__HAVE_TLS_ADDR
+  iof_thread_state *th = IOF__TLS_ADDR(iof__tls_state);
+#else
+  iof_thread_state *th = iof__thread();
+#endif
   switch_to(th, self, self->resumer, SW_EXIT, NULL, NULL);
   __builtin_unreachable();
 }
