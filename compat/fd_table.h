@@ -30,11 +30,13 @@ enum {
   IOF__FD_USER_NB = 2,
   IOF__FD_RT_NB = 4,
   IOF__FD_PASS = 8,
-  /* Whether the fd is a Unix-domain socket was asked (IOF__FD_DOMAIN) and
-   * the answer (IOF__FD_UNIX): cached for sendmsg, cleared with the rest
-   * when the slot's flags are set anew. */
+  /* What kind of socket the fd is was asked (IOF__FD_DOMAIN) and the
+   * answers: a Unix-domain socket (IOF__FD_UNIX, for sendmsg's fd
+   * passing), a byte stream (IOF__FD_STREAM, for MSG_WAITALL). Cached,
+   * cleared with the rest when the slot's flags are set anew. */
   IOF__FD_DOMAIN = 16,
   IOF__FD_UNIX = 32,
+  IOF__FD_STREAM = 64,
 };
 
 typedef struct iof__fd_waiter iof__fd_waiter;

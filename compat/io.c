@@ -205,14 +205,35 @@ ssize_t iof_compat_readv(int fd, const struct iovec *iov, int cnt) {
  * readability would spin: the data queue may be readable, or a HUP). */
 #define IOF__RECV_NOWAIT (MSG_DONTWAIT | MSG_ERRQUEUE)
 
+/* The socket's kind as slot flags (IOF__FD_UNIX, IOF__FD_STREAM), asked
+ * of the kernel once per open file and kept in its slot: a server that
+ * reads every header with MSG_WAITALL pays no extra system call. A
+ * domain that cannot be asked counts as Unix (fds may be passed). */
+static unsigned sock_kind(int fd) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  unsigned st = s ? atomic_load_explicit(&s->flags, memory_order_acquire) : 0;
+  if (st & IOF__FD_DOMAIN) return st & (IOF__FD_UNIX | IOF__FD_STREAM);
+  int dom = 0, type = 0, saved = errno;
+  socklen_t len = sizeof dom;
+  unsigned kind = 0;
+  if (iof__libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) != 0 ||
+      dom == AF_UNIX)
+    kind |= IOF__FD_UNIX;
+  len = sizeof type;
+  if (iof__libc.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+      type == SOCK_STREAM)
+    kind |= IOF__FD_STREAM;
+  errno = saved;
+  if (st & IOF__FD_KNOWN)
+    atomic_compare_exchange_strong(&s->flags, &st, st | IOF__FD_DOMAIN | kind);
+  return kind;
+}
+
 /* MSG_WAITALL waits for the whole buffer only on a byte stream: a
  * datagram or seqpacket socket's call returns its one message however
  * short (udp(7), unix(7)), so looping there would wait for a second. */
 static bool is_byte_stream(int fd) {
-  int type = 0;
-  socklen_t len = sizeof type;
-  return iof__libc.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
-         type == SOCK_STREAM;
+  return sock_kind(fd) & IOF__FD_STREAM;
 }
 
 /* What is left of iov[0..n) past its first `done` bytes (fewer than the
@@ -552,19 +573,7 @@ static void passed_fds_blocking(const struct msghdr *msg) {
  * so that sends on TCP and UDP sockets never read the caller's header
  * (which may cost a copy by the kernel). When unsure: yes. */
 static bool may_pass_fds(int fd) {
-  iof__fd_slot *s = iof__fd_slot_peek(fd);
-  unsigned st = s ? atomic_load_explicit(&s->flags, memory_order_acquire) : 0;
-  if (st & IOF__FD_DOMAIN) return st & IOF__FD_UNIX;
-  int dom = 0, saved = errno;
-  socklen_t len = sizeof dom;
-  bool unix_sock =
-      iof__libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) != 0 ||
-      dom == AF_UNIX;
-  errno = saved;
-  if (st & IOF__FD_KNOWN)
-    atomic_compare_exchange_strong(
-        &s->flags, &st, st | IOF__FD_DOMAIN | (unix_sock ? IOF__FD_UNIX : 0));
-  return unix_sock;
+  return sock_kind(fd) & IOF__FD_UNIX;
 }
 
 ssize_t iof_compat_sendmsg(int fd, const struct msghdr *msg, int flags) {

@@ -1164,6 +1164,65 @@ static void compat_waitall_on_messages(void **state) {
   both_ways(waitall_message_calls);
 }
 
+/* Compat keeps what kind of socket an fd is (for MSG_WAITALL and fd
+ * passing) with the fd's slot: the answer must follow the file when
+ * another one takes the number. N holds a datagram socket, then a stream
+ * (dup2 onto it): MSG_WAITALL waits for the whole buffer; then the
+ * datagram again: the one short datagram comes back at once. */
+static int kind_writer;
+
+static void *late_write(void *arg) {
+  (void)arg;
+  usleep(20000);
+  ssize_t w = write(kind_writer, "cd", 2);
+  (void)w;
+  return NULL;
+}
+
+static int sock_kind_calls(void *arg) {
+  (void)arg;
+  int u = iof_compat_socket(AF_INET, SOCK_DGRAM, 0);
+  int c = iof_compat_socket(AF_INET, SOCK_DGRAM, 0);
+  CHECK_EQ(u >= 0 && c >= 0, 1);
+  struct sockaddr_in sin = {0};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_EQ(bind(u, (struct sockaddr *)&sin, sizeof sin), 0);
+  socklen_t sl = sizeof sin;
+  CHECK_EQ(getsockname(u, (struct sockaddr *)&sin, &sl), 0);
+  struct timeval tv = {2, 0}; /* bounds a wrong wait */
+  CHECK_EQ(setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  int n = iof_compat_dup(u);
+  CHECK_EQ(n >= 0, 1);
+  char buf[64];
+  CHECK_EQ(iof_compat_sendto(c, "hello", 5, 0, (struct sockaddr *)&sin, sl), 5);
+  CHECK_EQ(iof_compat_recv(n, buf, sizeof buf, MSG_WAITALL), 5);
+  int sp[2];
+  CHECK_EQ(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  CHECK_EQ(iof_compat_dup2(sp[0], n), n);
+  CHECK_EQ(iof_compat_write(sp[1], "ab", 2), 2);
+  kind_writer = sp[1];
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, late_write, NULL), 0);
+  CHECK_EQ(iof_compat_recv(n, buf, 4, MSG_WAITALL), 4);
+  CHECK_EQ(memcmp(buf, "abcd", 4), 0);
+  pthread_join(t, NULL);
+  CHECK_EQ(iof_compat_dup2(u, n), n);
+  CHECK_EQ(iof_compat_sendto(c, "hi", 2, 0, (struct sockaddr *)&sin, sl), 2);
+  int64_t t0 = iof_now_ns();
+  CHECK_EQ(iof_compat_recv(n, buf, sizeof buf, MSG_WAITALL), 2);
+  CHECK_EQ(iof_now_ns() - t0 < 500000000, 1);
+  int all[] = {u, c, n, sp[0], sp[1]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    CHECK_EQ(iof_compat_close(all[i]), 0);
+  return 0;
+}
+
+static void compat_sock_kind_follows_the_file(void **state) {
+  (void)state;
+  both_ways(sock_kind_calls);
+}
+
 /* MSG_PEEK | MSG_WAITALL on a stream: the first n bytes of the stream,
  * waited for as the blocking call does, not the head peeked again and
  * again into the rest of the buffer; the stream's end ends it short. */
@@ -1400,6 +1459,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_sendmsg_from_another_stack, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_waitall_on_messages, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(compat_sock_kind_follows_the_file, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_peek_waitall, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_recvmsg_waitall, reset, disarm),
