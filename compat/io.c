@@ -253,26 +253,51 @@ static size_t iov_rest(const struct iovec *iov, size_t n, size_t done,
 
 #define IOF__IOV_READ 64
 
+static bool read_header(const struct msghdr *msg, struct msghdr *out);
+
+/* Whether a read's control data holds fds (or some were cut for want of
+ * room): a Unix stream's recvmsg stops after the piece that carried them,
+ * MSG_WAITALL or not (unix(7)). */
+static bool got_fds(struct msghdr *m) {
+  if (m->msg_flags & MSG_CTRUNC) return true;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) return true;
+  return false;
+}
+
 /* recvmsg(MSG_WAITALL) on a byte stream after a first read of `got`
  * bytes: the rest of the caller's vector (copied to advance it; beyond
  * IOF__IOV_READ entries the first read is returned as is), as the
- * blocking call fills it. The name and control data came with the first
- * read. The kernel has read the vector by now: it is the caller's. */
+ * blocking call fills it. The name came with the first read; so did the
+ * control data if any came, else a later piece may bring it into the
+ * caller's buffer (ctl_cap bytes, its size at entry), and the read ends
+ * there as the blocking one does with fds. The kernel has read the vector
+ * by now: it is the caller's. */
 static ssize_t recvmsg_rest(iof__fd_op *op, int fd, struct msghdr *msg,
-                            int flags, size_t got) {
+                            int flags, size_t got, size_t ctl_cap) {
   size_t total = 0;
   for (size_t i = 0; i < msg->msg_iovlen; i++) total += msg->msg_iov[i].iov_len;
-  if (got >= total || msg->msg_iovlen > IOF__IOV_READ) return (ssize_t)got;
+  if (got >= total || msg->msg_iovlen > IOF__IOV_READ || got_fds(msg))
+    return (ssize_t)got;
+  bool ctl = msg->msg_controllen == 0 && msg->msg_control && ctl_cap;
   struct iovec v[IOF__IOV_READ];
   for (;;) {
     size_t cnt = iov_rest(msg->msg_iov, msg->msg_iovlen, got, v);
     struct msghdr m = {0};
     m.msg_iov = v;
     m.msg_iovlen = cnt;
+    if (ctl) {
+      m.msg_control = msg->msg_control;
+      m.msg_controllen = ctl_cap;
+    }
     ssize_t r = iof__libc.recvmsg(fd, &m, flags);
     if (r > 0) {
       msg->msg_flags |= m.msg_flags;
       got += (size_t)r;
+      if (ctl && (m.msg_controllen || (m.msg_flags & MSG_CTRUNC))) {
+        msg->msg_controllen = m.msg_controllen;
+        return (ssize_t)got;
+      }
       if (got >= total) return (ssize_t)got;
       continue;
     }
@@ -293,9 +318,14 @@ ssize_t iof_compat_recvmsg(int fd, struct msghdr *msg, int flags) {
    * (a peek returns what the first try saw). */
   bool waitall =
       (flags & (MSG_WAITALL | MSG_PEEK)) == MSG_WAITALL && is_byte_stream(fd);
+  /* The control buffer's size, which the first read overwrites (read
+   * without a fault: a wild header gets the kernel's EFAULT below). */
+  struct msghdr h;
+  size_t ctl_cap = waitall && read_header(msg, &h) ? h.msg_controllen : 0;
   for (;;) {
     ssize_t r = iof__libc.recvmsg(fd, msg, flags);
-    if (r > 0 && waitall) return recvmsg_rest(&op, fd, msg, flags, (size_t)r);
+    if (r > 0 && waitall)
+      return recvmsg_rest(&op, fd, msg, flags, (size_t)r, ctl_cap);
     if (r >= 0 || !iof__fd_again(&op)) return r;
   }
 }

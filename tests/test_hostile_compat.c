@@ -1317,6 +1317,118 @@ static void compat_recvmsg_waitall(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* recvmsg(MSG_WAITALL) on a Unix stream whose later piece carries fds:
+ * the blocking call takes that piece with its fds into the caller's
+ * control buffer and returns there, short of the whole vector (the kernel
+ * stops after a piece with fds); none is lost to a read without room. */
+static int rfds_fds[2];
+
+static int rfds_writer(void *arg) {
+  (void)arg;
+  iof_sleep_for(20 * MS);
+  union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } cb;
+  memset(&cb, 0, sizeof cb);
+  struct iovec v = {"defgh", 5};
+  struct msghdr m = {0};
+  m.msg_iov = &v;
+  m.msg_iovlen = 1;
+  m.msg_control = cb.b;
+  m.msg_controllen = sizeof cb.b;
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  int fd = 0;
+  memcpy(CMSG_DATA(h), &fd, sizeof fd);
+  CHECK_EQ(iof_compat_sendmsg(rfds_fds[1], &m, 0), 5);
+  iof_sleep_for(20 * MS);
+  CHECK_EQ(iof_compat_write(rfds_fds[1], "ijk", 3), 3);
+  iof_sleep_for(40 * MS);
+  CHECK_EQ(iof_compat_write(rfds_fds[1], "zw", 2), 2);
+  return 0;
+}
+
+static int rfds_reader(void *arg) {
+  (void)arg;
+  char b[16] = {0};
+  union {
+    char b[64];
+    struct cmsghdr align;
+  } cb;
+  memset(&cb, 0, sizeof cb);
+  CHECK_EQ(iof_compat_write(rfds_fds[1], "abc", 3), 3);
+  struct iovec v = {b, 10};
+  struct msghdr m = {0};
+  m.msg_iov = &v;
+  m.msg_iovlen = 1;
+  m.msg_control = cb.b;
+  m.msg_controllen = sizeof cb.b;
+  CHECK_EQ(iof_compat_recvmsg(rfds_fds[0], &m, MSG_WAITALL), 8);
+  CHECK_EQ(memcmp(b, "abcdefgh", 8), 0);
+  CHECK_EQ(m.msg_flags & MSG_CTRUNC, 0);
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  CHECK_EQ(h != NULL, 1);
+  if (h) {
+    CHECK_EQ(h->cmsg_type, SCM_RIGHTS);
+    int fd = -1;
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    CHECK_EQ(fd > 2, 1);
+    if (fd > 2) iof_compat_close(fd);
+  }
+  CHECK_EQ(iof_compat_recv(rfds_fds[0], b, 3, MSG_WAITALL), 3);
+  CHECK_EQ(memcmp(b, "ijk", 3), 0);
+  /* The first piece carries an fd: the call ends with it, not waiting for
+   * the writer's "zw". */
+  struct iovec sv = {"xy", 2};
+  struct msghdr sm = {0};
+  sm.msg_iov = &sv;
+  sm.msg_iovlen = 1;
+  sm.msg_control = cb.b;
+  sm.msg_controllen = CMSG_SPACE(sizeof(int));
+  memset(&cb, 0, sizeof cb);
+  h = CMSG_FIRSTHDR(&sm);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  int zero = 0;
+  memcpy(CMSG_DATA(h), &zero, sizeof zero);
+  CHECK_EQ(iof_compat_sendmsg(rfds_fds[1], &sm, 0), 2);
+  memset(&cb, 0, sizeof cb);
+  v.iov_len = 4;
+  m.msg_control = cb.b;
+  m.msg_controllen = sizeof cb.b;
+  m.msg_flags = 0;
+  CHECK_EQ(iof_compat_recvmsg(rfds_fds[0], &m, MSG_WAITALL), 2);
+  CHECK_EQ(memcmp(b, "xy", 2), 0);
+  h = CMSG_FIRSTHDR(&m);
+  CHECK_EQ(h != NULL && h->cmsg_type == SCM_RIGHTS, 1);
+  if (h && h->cmsg_type == SCM_RIGHTS) {
+    int fd = -1;
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    if (fd > 2) iof_compat_close(fd);
+  }
+  CHECK_EQ(iof_compat_recv(rfds_fds[0], b, 2, MSG_WAITALL), 2);
+  CHECK_EQ(memcmp(b, "zw", 2), 0);
+  return 0;
+}
+
+static void compat_recvmsg_waitall_fds(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, rfds_fds), 0);
+  launch(io, rfds_reader, NULL);
+  launch(io, rfds_writer, NULL);
+  run_all(io);
+  assert_int_equal(iof_compat_close(rfds_fds[0]), 0);
+  assert_int_equal(iof_compat_close(rfds_fds[1]), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 /* Ids of fiber threads that were joined, or that ended detached: every
  * call taking the id answers ESRCH (as glibc mostly does for its cached
  * descriptors), none reads a freed record; a second join frees nothing
@@ -1464,6 +1576,8 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_peek_waitall, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_recvmsg_waitall, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_recvmsg_waitall_fds, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(compat_stale_thread_ids, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_ending_thread_names, reset,
                                       disarm),
