@@ -63,6 +63,7 @@ struct iof__cthread {
   bool done : 1, detached : 1, joining : 1;
   bool retired : 1;        /* joined, or ended detached: a spare (below) */
   bool started : 1;        /* thread_main ran: ret is no early name since */
+  bool own_stack : 1;      /* its frame is the program's memory */
   bool intr_restart : 1;   /* intr_op is one SA_RESTART restarts */
   bool cancel_pending : 1; /* pthread_cancel came */
   bool sigwaiting : 1;     /* in the sigwait family: any pthread_kill ends
@@ -147,6 +148,16 @@ static int thread_main(void *p) {
   }
   t->run = &run;
   iof__lk_unlock(&t->lk);
+  if (t->own_stack) {
+    /* Its frame is the program's memory, given once: the fibers it starts
+     * with the current allocator (iof_when_all's children) take theirs
+     * from its context's, not that memory again over its own frames. */
+    iof_fiber *self = iof__cthr_fiber();
+    iof_chain *c = self->sched;
+    c->env.frame_allocator =
+        iof_context_frame_allocator(iof_executor_context(c->env.executor));
+    iof__refresh_allocator(self);
+  }
   if (t->tls) iof__tls_attach(t->tls);
   iof__sigmask_host_enter(atomic_load(&t->sigmask));
   if (!setjmp(run.end)) t->ret = t->fn(t->arg);
@@ -283,9 +294,11 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack,
                        iof_frame_allocator *alloc, bool detached,
                        void *(*fn)(void *), void *arg,
                        void (*on_end)(void *ret), pthread_t *out) {
+  bool own_stack = alloc != NULL;
   if (!alloc) alloc = class_allocator(&stack);
   iof__cthread *t = record_new();
   if (!t) return -ENOMEM;
+  t->own_stack = own_stack;
   /* main (no fiber yet) keeps the values the OS thread has, and gives
    * them back at iof_main's end; a thread created later starts from the
    * initial ones, as a new thread does. */
@@ -390,14 +403,16 @@ static size_t attr_stack(const pthread_attr_t *attr) {
 typedef struct user_stack {
   iof_frame_allocator base;
   char *lo;
+  bool given;
 } user_stack;
 
 static void *user_stack_allocate(iof_frame_allocator *self, size_t size) {
   user_stack *u = (user_stack *)self;
-  if (size > (size_t)((char *)u - u->lo)) {
+  if (u->given || size > (size_t)((char *)u - u->lo)) {
     errno = ENOMEM;
     return NULL;
   }
+  u->given = true;
   return (char *)u - size;
 }
 
@@ -429,6 +444,7 @@ static iof_frame_allocator *attr_user_stack(const pthread_attr_t *attr,
   user_stack *u = (user_stack *)obj;
   u->base.vtbl = &user_stack_vtbl;
   u->lo = addr;
+  u->given = false;
   *stack = room;
   return &u->base;
 }

@@ -1356,6 +1356,61 @@ static void test_attr_stacks_are_pooled(void **state) {
   assert_no_failures();
 }
 
+/* A thread on a stack of the program's (pthread_attr_setstack) runs on
+ * that memory, and only itself: fibers it starts (iof_when_all's
+ * children) get frames elsewhere, not that memory again over its own
+ * frames. */
+static char *own_mem;
+static size_t own_size;
+
+static int own_child(void *arg) {
+  volatile char buf[2048];
+  memset((char *)buf, 0x5a, sizeof buf);
+  iof_yield();
+  *(uintptr_t *)arg = (uintptr_t)buf; /* compared only */
+  return buf[7] == 0x5a ? 0 : -1;
+}
+
+static void *own_stack_fn(void *arg) {
+  (void)arg;
+  volatile uint64_t canary = 0x0123456789abcdefULL;
+  uintptr_t seen[2] = {0, 0};
+  iof_fn fns[2] = {own_child, own_child};
+  void *args[2] = {&seen[0], &seen[1]};
+  int r = iof_when_all(2, fns, args, NULL);
+  bool ok = r == 0 && canary == 0x0123456789abcdefULL;
+  for (int i = 0; i < 2; i++)
+    ok = ok && seen[i] &&
+         !(seen[i] >= (uintptr_t)own_mem &&
+           seen[i] < (uintptr_t)own_mem + own_size);
+  return (void *)(uintptr_t)ok;
+}
+
+static int own_stack_main(void *arg) {
+  (void)arg;
+  own_size = 256 * 1024;
+  own_mem = aligned_alloc(4096, own_size);
+  CHECK(own_mem != NULL);
+  if (!own_mem) return 0;
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  CHECK(pthread_attr_setstack(&a, own_mem, own_size) == 0);
+  pthread_t t;
+  void *r = NULL;
+  CHECK(iof_compat_pthread_create(&t, &a, own_stack_fn, NULL) == 0);
+  CHECK(iof_compat_pthread_join(t, &r) == 0);
+  CHECK(r == (void *)1);
+  pthread_attr_destroy(&a);
+  free(own_mem);
+  return 0;
+}
+
+static void test_own_stack_children(void **state) {
+  (void)state;
+  assert_int_equal(iof_main(own_stack_main, NULL), 0);
+  assert_no_failures();
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--child")) return child_main(argv[2]);
   const struct CMUnitTest tests[] = {
@@ -1394,6 +1449,7 @@ int main(int argc, char **argv) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_pthread_kill_fiber_thread, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_own_stack_children, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
