@@ -42,7 +42,10 @@ static inline __attribute__((always_inline)) bool wake_first(iof_socket *s,
 
 /* Wakes every waiter of q with err (claiming unlinks them). */
 static void fail_all(iof__waitq *q, int err) {
-  for (iof__wnode *n; (n = iof__wq_claim_first(q, err));) iof__wait_wake(n->w);
+  for (iof__wnode *n = iof__wq_claim_all(q, err), *next; n; n = next) {
+    next = n->next; /* n may be gone after the wake */
+    iof__wait_wake(n->w);
+  }
 }
 
 static void on_io(struct ev_loop *loop, ev_io *ew, int revents) {
@@ -316,9 +319,7 @@ static void close_now(iof_socket *s) {
   s->closed = true;
   s->no_bytes = true;
   iof__waitq *qs[2] = {&s->rd, &s->wr};
-  for (int i = 0; i < 2; i++)
-    for (iof__wnode *n; (n = iof__wq_claim_first(qs[i], -ECANCELED));)
-      iof__wait_wake(n->w);
+  for (int i = 0; i < 2; i++) fail_all(qs[i], -ECANCELED);
   set_interest(s, 0);
   close(s->fd);
   s->fd = -1;

@@ -67,7 +67,11 @@ struct iof_timer {
   unsigned gen;
   int pending;           /* begun in this gen */
   int pending_cancelled; /* begun in an earlier gen */
-  ev_timer w;            /* io's thread only */
+  /* Waits armed and not disarmed yet. A wait woken by a cancel, a new
+   * expiry or the expiry itself has left `waiters` but still disarms on
+   * its way out (t->lock, t->w): destroy must wait for that too. */
+  int armed;
+  ev_timer w; /* io's thread only */
 };
 
 typedef struct timer_wait {
@@ -96,7 +100,7 @@ iof_timer *iof_timer_create(iof_io_context *io) {
 int iof_timer_destroy(iof_timer *t) {
   if (!t) return -EINVAL;
   pthread_mutex_lock(&t->lock);
-  bool busy = t->waiters.head || t->pending || t->pending_cancelled;
+  bool busy = t->waiters.head || t->pending || t->pending_cancelled || t->armed;
   pthread_mutex_unlock(&t->lock);
   if (busy) return -EBUSY;
   pthread_mutex_destroy(&t->lock);
@@ -109,7 +113,9 @@ int iof_timer_destroy(iof_timer *t) {
  * timer (if nobody waits any more) once back on io's thread. */
 static int wake_all_locked(iof_timer *t, int result) {
   int n = 0;
-  for (iof__wnode *nd; (nd = iof__wq_claim_first(&t->waiters, result));) {
+  for (iof__wnode *nd = iof__wq_claim_all(&t->waiters, result), *next; nd;
+       nd = next) {
+    next = nd->next; /* nd may be gone after the wake */
     iof__wait_wake(nd->w);
     n++;
   }
@@ -201,6 +207,7 @@ static int timer_arm(iof_io_op *op) {
     return -ECANCELED;
   }
   iof__wq_push(&t->waiters, &op->node);
+  t->armed++;
   if (!ev_is_active(&t->w) || t->scheduled != t->expiry) schedule(t, t->expiry);
   pthread_mutex_unlock(&t->lock);
   return 0;
@@ -210,6 +217,7 @@ static void timer_disarm(iof_io_op *op) {
   iof_timer *t = op->obj;
   pthread_mutex_lock(&t->lock);
   iof__wq_unlink(&t->waiters, &op->node);
+  t->armed--;
   if (!t->waiters.head) ev_timer_stop(t->io->loop, &t->w);
   pthread_mutex_unlock(&t->lock);
 }

@@ -227,11 +227,10 @@ int iof_chan_close(iof_chan *ch) {
   }
   ch->closed = true;
   iof__waitq *qs[2] = {&ch->sendq, &ch->recvq};
-  for (int i = 0; i < 2; i++)
-    for (iof__wnode *n; (n = iof__wq_claim_first(qs[i], -EPIPE));) {
-      *tail = n;
-      tail = &n->next;
-    }
+  for (int i = 0; i < 2; i++) {
+    *tail = iof__wq_claim_all(qs[i], -EPIPE);
+    while (*tail) tail = &(*tail)->next;
+  }
   pthread_mutex_unlock(&ch->lock);
   while (list) {
     iof__wnode *n = list;

@@ -92,12 +92,8 @@ int iof_cond_signal(iof_cond *c) {
 
 int iof_cond_broadcast(iof_cond *c) {
   if (!c) return -EINVAL;
-  iof__wnode *list = NULL, **tail = &list;
   pthread_mutex_lock(&c->lock);
-  for (iof__wnode *n; (n = iof__wq_claim_first(&c->q, 0));) {
-    *tail = n;
-    tail = &n->next;
-  }
+  iof__wnode *list = iof__wq_claim_all(&c->q, 0);
   pthread_mutex_unlock(&c->lock);
   while (list) {
     iof__wnode *n = list;

@@ -27,14 +27,11 @@ int iof_event_destroy(iof_event *e) {
 
 int iof_event_set(iof_event *e) {
   if (!e) return -EINVAL;
-  iof__wnode *list = NULL, **tail = &list;
+  iof__wnode *list = NULL;
   pthread_mutex_lock(&e->lock);
   if (e->manual) {
     e->set = true;
-    for (iof__wnode *n; (n = iof__wq_claim_first(&e->q, 0));) {
-      *tail = n;
-      tail = &n->next;
-    }
+    list = iof__wq_claim_all(&e->q, 0);
   } else {
     list = iof__wq_claim_first(&e->q, 0);
     if (!list) e->set = true;

@@ -19,7 +19,9 @@ int iof_rwlock_init(iof_rwlock *rw) {
 int iof_rwlock_destroy(iof_rwlock *rw) {
   if (!rw) return -EINVAL;
   pthread_mutex_lock(&rw->lock);
-  bool busy = rw->writer || rw->readers || iof__wq_has_waiter(&rw->q);
+  /* Any node: a waiter claimed by a stop or its deadline still comes back
+   * to unlink its node under rw->lock. */
+  bool busy = rw->writer || rw->readers || rw->q.head;
   pthread_mutex_unlock(&rw->lock);
   if (busy) return -EBUSY;
   pthread_mutex_destroy(&rw->lock);
@@ -47,13 +49,17 @@ static int take(iof_rwlock *rw, bool write, void *self) {
  * through next, to be woken after the lock is dropped. */
 static iof__wnode *grant(iof_rwlock *rw) {
   iof__wnode *list = NULL, **tail = &list;
-  while (!rw->writer) {
-    iof__wnode *n = rw->q.head;
-    if (!n) break;
+  for (iof__wnode *n = rw->q.head, *next; n && !rw->writer; n = next) {
+    next = n->next;
+    /* A waiter already stopped or timed out is passed over; its owner
+     * unlinks the node. */
+    if (atomic_load_explicit(&n->w->state, memory_order_acquire) !=
+        IOF__W_WAITING)
+      continue;
     if (n->index && rw->readers) break;
     if (!n->index && rw->readers == UINT_MAX) break;
+    if (!iof__wait_claim(n->w, 0, n->index)) continue; /* lost the race */
     iof__wq_unlink(&rw->q, n);
-    if (!iof__wait_claim(n->w, 0, n->index)) continue; /* stopped or timed */
     if (n->index)
       rw->writer = n->owner;
     else

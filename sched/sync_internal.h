@@ -123,28 +123,45 @@ static inline bool iof__wait_claim(iof__wait *w, int result, int index) {
   return true;
 }
 
-/* Pops the first node whose waiter this caller claims (nodes of waiters
- * already claimed elsewhere are unlinked and skipped). NULL if none. */
+/* Pops the first node whose waiter this caller claims. Nodes of waiters
+ * already claimed elsewhere (a stop request, a timer, the shutdown) are
+ * skipped but left queued: their owner still comes back to unlink them
+ * under the primitive's lock, so a queue holding one tells destroy that
+ * the primitive is still in use (it must not be freed under that owner).
+ * NULL if none. */
 static inline iof__wnode *iof__wq_claim_first(iof__waitq *q, int result) {
-  for (;;) {
-    iof__wnode *n = q->head;
-    if (!n) return NULL;
-    iof__wq_unlink(q, n);
-    if (iof__wait_claim(n->w, result, n->index)) return n;
+  for (iof__wnode *n = q->head; n; n = n->next) {
+    if (iof__wait_claim(n->w, result, n->index)) {
+      iof__wq_unlink(q, n);
+      return n;
+    }
   }
+  return NULL;
 }
 
-/* True if q holds a node whose waiter is still waiting (stale nodes are
- * unlinked on the way). */
-static inline bool iof__wq_has_waiter(iof__waitq *q) {
-  for (;;) {
-    iof__wnode *n = q->head;
-    if (!n) return false;
+/* Claims every node whose waiter still waits, in queue order, and returns
+ * them unlinked, as a list through next (read next before a wake: the node
+ * may be gone after it). Skipped nodes stay queued, as above. */
+static inline iof__wnode *iof__wq_claim_all(iof__waitq *q, int result) {
+  iof__wnode *list = NULL, **tail = &list;
+  for (iof__wnode *n = q->head, *next; n; n = next) {
+    next = n->next;
+    if (!iof__wait_claim(n->w, result, n->index)) continue;
+    iof__wq_unlink(q, n);
+    *tail = n;
+    tail = &n->next;
+  }
+  return list;
+}
+
+/* True if q holds a node whose waiter is still waiting (nodes of waiters
+ * claimed elsewhere do not count; they stay for their owner to unlink). */
+static inline bool iof__wq_has_waiter(const iof__waitq *q) {
+  for (const iof__wnode *n = q->head; n; n = n->next)
     if (atomic_load_explicit(&n->w->state, memory_order_acquire) ==
         IOF__W_WAITING)
       return true;
-    iof__wq_unlink(q, n);
-  }
+  return false;
 }
 
 /* Publishes a waiter (INIT -> WAITING), from a primitive's `begin` under

@@ -272,6 +272,55 @@ static void timer_bad_arguments(void **state) {
   in_fiber(timer_fn, &c);
 }
 
+/* A wait woken by a cancel or a new expiry has left the timer's queue but
+ * still disarms on the timer once its fiber runs: destroy in between is
+ * -EBUSY (it used to free the timer, and the waiter then locked freed
+ * memory and stopped a libev watcher inside it). */
+typedef struct tleave {
+  iof_timer *t;
+  int how, waited, busy_rc, later_rc;
+} tleave;
+
+static int tleave_waiter(void *arg) {
+  tleave *l = arg;
+  l->waited = iof_timer_wait(l->t);
+  return 0;
+}
+
+static int tleave_main(void *arg) {
+  tleave *l = arg;
+  CHECK_EQ(iof_timer_expires_after(l->t, 60000 * MS), 0);
+  CHECK_EQ(iof_launch(iof_env_current()->executor, tleave_waiter, l), 0);
+  for (int i = 0; i < 3; i++) iof_yield(); /* it waits */
+  CHECK_EQ(l->waited, 1);
+  if (l->how == 0)
+    CHECK_EQ(iof_timer_cancel(l->t), 1);
+  else
+    CHECK_EQ(iof_timer_expires_at(l->t, INT64_MAX), 1);
+  l->busy_rc = iof_timer_destroy(l->t);
+  if (l->busy_rc == 0) return 0; /* freed: the waiter now touches it */
+  for (int i = 0; i < 3 && l->waited == 1; i++) iof_yield();
+  CHECK_EQ(l->waited, -ECANCELED);
+  l->later_rc = iof_timer_destroy(l->t);
+  return 0;
+}
+
+static void timer_destroy_while_a_woken_waiter_leaves_is_ebusy(void **state) {
+  (void)state;
+  for (int how = 0; how < 2; how++) {
+    iof_io_context *io = iof_io_context_create();
+    assert_non_null(io);
+    tleave l = {iof_timer_create(io), how, 1, 1, 1};
+    assert_non_null(l.t);
+    launch(io, tleave_main, &l);
+    run_all(io);
+    assert_int_equal(l.busy_rc, -EBUSY);
+    assert_int_equal(l.later_rc, 0);
+    assert_int_equal(iof_io_context_destroy(io), 0);
+    assert_int_equal(atomic_load(&failures), 0);
+  }
+}
+
 /* A sleep of INT64_MAX is cancelled by a stop, not turned into 0. */
 static int long_sleep(void *arg) {
   int *r = arg;
@@ -1195,6 +1244,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(service_destroy_uses_sockets, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(timer_bad_arguments, reset, disarm),
+      cmocka_unit_test_setup_teardown(
+          timer_destroy_while_a_woken_waiter_leaves_is_ebusy, reset, disarm),
       cmocka_unit_test_setup_teardown(huge_sleep_is_a_long_sleep, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(resolver_and_signal_bad_arguments, reset,

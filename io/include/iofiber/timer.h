@@ -30,7 +30,9 @@ typedef struct iof_timer iof_timer;
 /* A timer on io, initially expired. NULL with errno EINVAL or ENOMEM. */
 IOF_API iof_timer *iof_timer_create(iof_io_context *io);
 
-/* Frees it. -EBUSY while fibers wait on it; -EINVAL on NULL. */
+/* Frees it. -EBUSY while fibers wait on it, including fibers that a
+ * cancel or a new expiry woke and that have not returned from
+ * iof_timer_wait yet (they still disarm on the timer); -EINVAL on NULL. */
 IOF_API int iof_timer_destroy(iof_timer *t);
 
 /* Sets the expiry (relative, or absolute monotonic). Fibers waiting on the

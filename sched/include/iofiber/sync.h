@@ -18,7 +18,9 @@
  * - Errors are negated errno values; NULL arguments give -EINVAL.
  * - Fields of the structs are private. Initialize with the *_init calls or
  *   the static initializers; destroy (-EBUSY while waiters remain) before
- *   freeing the memory. */
+ *   freeing the memory. A waiter remains until its call has returned: one
+ *   whose wait a stop request or its deadline ended still counts until
+ *   its fiber has run again. */
 #ifndef IOFIBER_SYNC_H
 #define IOFIBER_SYNC_H
 
