@@ -164,6 +164,44 @@ static void user_executor_without_slots(void **state) {
   iof_work_guard_reset(&g);
 }
 
+/* A raw fiber posted while it already waits in a run queue is refused:
+ * linked in twice, the intrusive queue lost the fibers queued between the
+ * two posts (and everything posted after: head and tail disagreed). A
+ * finished fiber is refused too. */
+static int count_ran(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+  return 0;
+}
+
+static void post_twice_is_ebusy(void **state) {
+  (void)state;
+  atomic_int ran = 0;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_executor_ref ex = iof_io_context_executor(io);
+  iof_fiber *a = iof_fiber_create(NULL, 0, count_ran, &ran);
+  iof_fiber *b = iof_fiber_create(NULL, 0, count_ran, &ran);
+  iof_fiber *c = iof_fiber_create(NULL, 0, count_ran, &ran);
+  assert_true(a && b && c);
+  assert_int_equal(iof_executor_post(ex, a), 0);
+  assert_int_equal(iof_executor_post(ex, b), 0);
+  assert_int_equal(iof_executor_post(ex, a), -EBUSY);
+  errno = 0;
+  assert_null(iof_executor_dispatch(ex, b));
+  assert_int_equal(errno, EBUSY);
+  assert_int_equal(iof_executor_post(ex, c), 0);
+  assert_int_equal(iof_io_context_run(io), 3);
+  assert_int_equal(atomic_load(&ran), 3);
+  /* Finished: nothing to run. */
+  assert_int_equal(iof_executor_post(ex, a), -EINVAL);
+  errno = 0;
+  assert_null(iof_executor_dispatch(ex, a));
+  assert_int_equal(errno, EINVAL);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(iof_fiber_destroy((iof_fiber *[]){a, b, c}[i]), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 /* ---- stop tokens ------------------------------------------------------ */
 
 static void noop_cb(void *arg) {
@@ -1134,6 +1172,7 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(user_executor_without_slots, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(post_twice_is_ebusy, reset, disarm),
       cmocka_unit_test_setup_teardown(stop_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(stop_double_register_is_ebusy, reset,
                                       disarm),
