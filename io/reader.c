@@ -110,6 +110,9 @@ static void take(iof_reader *r, size_t n, iof_bytes *out) {
 int iof_reader_read_until(iof_reader *r, const char *delim, size_t delim_len,
                           iof_bytes *out) {
   if (!r || !r->buf || !delim || !delim_len || !out) return -EINVAL;
+  /* No message may be longer than max, the delimiter alone included: say
+   * so now rather than after reading max bytes (the peer may send none). */
+  if (delim_len > r->max) return -EMSGSIZE;
   size_t scanned = 0; /* offset from start where no match can begin */
   for (;;) {
     const char *base = r->buf + r->start;

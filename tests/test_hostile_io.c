@@ -834,6 +834,41 @@ static int stream_fn(void *arg) {
   return 0;
 }
 
+/* A delimiter longer than the reader's maximum can never end a message:
+ * -EMSGSIZE at once, without waiting for bytes from a peer that sends
+ * none (it used to read until max bytes had come: here until the read
+ * deadline). */
+static int long_delim_fn(void *arg) {
+  ctx *c = arg;
+  iof_stream *a = NULL, *b = NULL;
+  CHECK_EQ(iof_stream_pipe(c->io, &a, &b), 0);
+  CHECK_EQ(iof_stream_set_deadline(a, IOF_READ, iof_now_ns() + 200 * MS), 0);
+  char rbuf[8];
+  iof_reader r;
+  CHECK_EQ(iof_reader_init(&r, a, rbuf, sizeof rbuf), 0);
+  iof_bytes out;
+  CHECK_EQ(iof_reader_read_until(&r, "0123456789", 10, &out), -EMSGSIZE);
+  CHECK_EQ(iof_reader_set_max(&r, 3), 0);
+  CHECK_EQ(iof_reader_read_until(&r, "\r\n\r\n", 4, &out), -EMSGSIZE);
+  CHECK_EQ(iof_reader_buffered(&r, &out), 0);
+  /* Nothing was read or consumed: a fitting delimiter still works. */
+  CHECK_EQ(iof_stream_write(b, "ab\n", 3), 3);
+  CHECK_EQ(iof_reader_read_line(&r, &out), 1);
+  CHECK_EQ(out.len, 2);
+  iof_reader_destroy(&r);
+  CHECK_EQ(iof_stream_pipe_free(a), 0);
+  CHECK_EQ(iof_stream_pipe_free(b), 0);
+  return 0;
+}
+
+static void reader_delimiter_longer_than_max_fails_at_once(void **state) {
+  (void)state;
+  ctx c = {0};
+  uint64_t t0 = iof_test_now_ns();
+  in_fiber(long_delim_fn, &c);
+  assert_true(ms_since(t0) < 150);
+}
+
 static void stream_and_reader_bad_arguments(void **state) {
   (void)state;
   ctx c = {0};
@@ -1253,6 +1288,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(socket_calls_outside_fibers, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(socket_calls_in_fibers, reset, disarm),
+      cmocka_unit_test_setup_teardown(
+          reader_delimiter_longer_than_max_fails_at_once, reset, disarm),
       cmocka_unit_test_setup_teardown(stream_and_reader_bad_arguments, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),

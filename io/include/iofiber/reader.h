@@ -68,7 +68,8 @@ IOF_API iof_stream *iof_reader_stream(iof_reader *r);
 /* The next message ending with delim[0..delim_len), delimiter included.
  * A stream that ends with bytes and no delimiter gives them as a last
  * message (without the delimiter). -EMSGSIZE when max bytes hold no
- * delimiter; -EINVAL on bad arguments. */
+ * delimiter, and at once, without reading, for a delimiter longer than
+ * max; -EINVAL on bad arguments. */
 IOF_API int iof_reader_read_until(iof_reader *r, const char *delim,
                                   size_t delim_len, iof_bytes *out);
 
