@@ -15,7 +15,7 @@ extern "C" {
  * io_context at a time. -EINVAL (bad signo, SIGKILL/SIGSTOP, and the fault
  * signals SIGSEGV/SIGBUS/SIGILL/SIGFPE, which must keep crashing), -EBUSY
  * (another io_context watches it), -ECANCELED, -EPERM outside a launched
- * fiber. */
+ * fiber, -ENOMEM (as iof_read_some: libev could not grow). */
 IOF_API int iof_signal_wait(iof_io_context *io, int signo);
 
 #ifdef __cplusplus

@@ -19,7 +19,8 @@ IOF_API int64_t iof_now_ns(void);
 
 /* Suspends the calling fiber for ns nanoseconds (<= 0: returns at once).
  * 0; -ECANCELED (the chain's stop token, or shutdown); -EPERM outside a
- * launched fiber. */
+ * launched fiber; -ENOMEM (libev's timer heap could not grow) or -EAGAIN
+ * (a pool fiber: the timer thread could not start), nothing waited. */
 IOF_API int iof_sleep_for(int64_t ns);
 
 /* As iof_sleep_for, until the monotonic deadline. */
@@ -46,7 +47,8 @@ IOF_API int64_t iof_timer_expiry(const iof_timer *t);
 
 /* Waits until the expiry (at once if it has passed). 0 on expiry;
  * -ECANCELED (iof_timer_cancel, expiry changed, stop token, shutdown);
- * -EPERM outside a launched fiber; -EINVAL on NULL. Any number of fibers
+ * -EPERM outside a launched fiber; -EINVAL on NULL; -ENOMEM (as
+ * iof_read_some: libev could not grow). Any number of fibers
  * may wait on one timer. */
 IOF_API int iof_timer_wait(iof_timer *t);
 

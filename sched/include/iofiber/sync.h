@@ -14,7 +14,10 @@
  * - Deadlines are absolute CLOCK_MONOTONIC nanoseconds (iof_deadline_after
  *   builds one; INT64_MAX means never). A timed wait that cannot complete
  *   in time returns -ETIMEDOUT. A fiber on an io_context is timed by that
- *   loop; other fibers and plain threads by a shared timer thread.
+ *   loop; other fibers and plain threads by a shared timer thread. A
+ *   timed wait whose timer cannot be armed fails without waiting: -ENOMEM
+ *   (the loop's timer heap could not grow) or -EAGAIN (the timer thread
+ *   could not start).
  * - Errors are negated errno values; NULL arguments give -EINVAL.
  * - Fields of the structs are private. Initialize with the *_init calls or
  *   the static initializers; destroy (-EBUSY while waiters remain) before
