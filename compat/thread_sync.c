@@ -262,6 +262,31 @@ static int nap_until_taken(int (*try)(void *), void *obj, clockid_t clock,
   }
 }
 
+/* ---- destroy ---------------------------------------------------------- */
+
+/* A wait its timeout or a cancellation ended leaves its node queued until
+ * its owner runs again and takes it out under the object's lock. POSIX
+ * lets a program destroy and free an object nobody is blocked on as soon
+ * as destroy returns, so destroy waits for those owners (glibc's
+ * pthread_cond_destroy waits for its woken waiters too). They are
+ * runnable: a fiber caller yields to them, a plain thread naps. After
+ * LEAVE_NS (a caller that keeps them from running: code outside fibers on
+ * their io thread) destroy says EBUSY rather than hang. i counts the
+ * caller's tries from 0; *until is its deadline (0: not set yet). False:
+ * give up. */
+enum { LEAVE_NS = 100000000, LEAVE_NAP_NS = 50000 };
+
+static bool let_leavers_go(int i, int64_t *until) {
+  int64_t now = iof__now_ns();
+  if (!*until) *until = now + LEAVE_NS;
+  if (now >= *until) return false;
+  if (iof__cthr_fiber() && i < 16)
+    iof_yield();
+  else
+    iof__nap_until(now + LEAVE_NAP_NS);
+  return true;
+}
+
 /* ---- mutex ------------------------------------------------------------ */
 
 typedef struct cmutex {
@@ -344,10 +369,16 @@ int iof_compat_pthread_mutex_destroy(pthread_mutex_t *pm) {
   if (!pm) return EINVAL;
   if (libc_mutex(pm)) return iof__libc.pthread_mutex_destroy(pm);
   cmutex *m = CM(pm);
-  iof__lk_lock(&m->lk);
-  bool busy = atomic_load(&m->state) != 0 || m->q.head;
-  iof__lk_unlock(&m->lk);
-  return busy ? EBUSY : 0;
+  int64_t until = 0;
+  for (int i = 0;; i++) {
+    iof__lk_lock(&m->lk);
+    bool busy = atomic_load(&m->state) != 0 || iof__wq_has_waiter(&m->q);
+    bool leaving = m->q.head != NULL;
+    iof__lk_unlock(&m->lk);
+    if (busy) return EBUSY;
+    if (!leaving) return 0;
+    if (!let_leavers_go(i, &until)) return EBUSY;
+  }
 }
 
 static inline bool mutex_try(cmutex *m, void *self) {
@@ -599,10 +630,15 @@ int iof_compat_pthread_cond_destroy(pthread_cond_t *pc) {
   if (!pc) return EINVAL;
   if (libc_cond(pc)) return iof__libc.pthread_cond_destroy(pc);
   ccond *c = CC(pc);
-  iof__lk_lock(&c->lk);
-  bool busy = iof__wq_has_waiter(&c->q);
-  iof__lk_unlock(&c->lk);
-  return busy ? EBUSY : 0;
+  int64_t until = 0;
+  for (int i = 0;; i++) {
+    iof__lk_lock(&c->lk);
+    bool busy = iof__wq_has_waiter(&c->q), leaving = c->q.head != NULL;
+    iof__lk_unlock(&c->lk);
+    if (busy) return EBUSY;
+    if (!leaving) return 0;
+    if (!let_leavers_go(i, &until)) return EBUSY;
+  }
 }
 
 typedef struct cwait_op {
@@ -775,10 +811,16 @@ int iof_compat_pthread_rwlock_destroy(pthread_rwlock_t *prw) {
   if (!prw) return EINVAL;
   if (libc_rwlock(prw)) return iof__libc.pthread_rwlock_destroy(prw);
   crwlock *rw = CRW(prw);
-  iof__lk_lock(&rw->lk);
-  bool busy = rw->readers || rw->writer || iof__wq_has_waiter(&rw->q);
-  iof__lk_unlock(&rw->lk);
-  return busy ? EBUSY : 0;
+  int64_t until = 0;
+  for (int i = 0;; i++) {
+    iof__lk_lock(&rw->lk);
+    bool busy = rw->readers || rw->writer || iof__wq_has_waiter(&rw->q);
+    bool leaving = rw->q.head != NULL;
+    iof__lk_unlock(&rw->lk);
+    if (busy) return EBUSY;
+    if (!leaving) return 0;
+    if (!let_leavers_go(i, &until)) return EBUSY;
+  }
 }
 
 /* Under rw->lk: take it now if possible. 0, EBUSY, EDEADLK or EAGAIN. */
@@ -881,28 +923,25 @@ int iof_compat_pthread_rwlock_clockwrlock(pthread_rwlock_t *rw, clockid_t clock,
  * through next, to wake after the lock is dropped. */
 static iof__wnode *rw_grant(crwlock *rw) {
   iof__wnode *list = NULL, **tail = &list;
-  for (;;) {
-    iof__wnode *n = rw->q.head;
-    if (!n) return list;
+  /* Nodes whose wait already ended stay: their owners take them out (and
+   * destroy waits for that). */
+  for (iof__wnode *n = rw->q.head, *next; n; n = next) {
+    next = n->next;
     if (atomic_load_explicit(&n->w->state, memory_order_acquire) !=
-        IOF__W_WAITING) {
-      iof__wq_unlink(&rw->q, n);
+        IOF__W_WAITING)
       continue;
-    }
-    if (n->index) {
-      iof__wq_unlink(&rw->q, n);
-      if (!iof__wait_claim(n->w, 0, n->index)) continue;
-      rw->writer = n->owner;
-      n->next = NULL;
-      return n;
-    }
-    break;
+    if (!n->index) break; /* a reader first: every queued reader */
+    if (!iof__wait_claim(n->w, 0, n->index)) continue;
+    iof__wq_unlink(&rw->q, n);
+    rw->writer = n->owner;
+    n->next = NULL;
+    return n;
   }
   for (iof__wnode *n = rw->q.head, *next; n; n = next) {
     next = n->next;
     if (n->index) continue;
-    iof__wq_unlink(&rw->q, n);
     if (!iof__wait_claim(n->w, 0, n->index)) continue;
+    iof__wq_unlink(&rw->q, n);
     rw->readers++;
     n->next = NULL;
     *tail = n;
@@ -1192,10 +1231,15 @@ int iof_compat_sem_destroy(sem_t *ps) {
   if (!ps) return fail(EINVAL);
   if (libc_sem(ps)) return iof__libc.sem_destroy(ps);
   csem *s = CS(ps);
-  iof__lk_lock(&s->lk);
-  bool busy = iof__wq_has_waiter(&s->q);
-  iof__lk_unlock(&s->lk);
-  return busy ? fail(EBUSY) : 0;
+  int64_t until = 0;
+  for (int i = 0;; i++) {
+    iof__lk_lock(&s->lk);
+    bool busy = iof__wq_has_waiter(&s->q), leaving = s->q.head != NULL;
+    iof__lk_unlock(&s->lk);
+    if (busy) return fail(EBUSY);
+    if (!leaving) return 0;
+    if (!let_leavers_go(i, &until)) return fail(EBUSY);
+  }
 }
 
 typedef struct sem_op {

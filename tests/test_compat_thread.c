@@ -1147,6 +1147,131 @@ static void test_sem(void **state) {
   assert_no_failures();
 }
 
+/* A waiter whose timeout expired is still inside its call until its fiber
+ * runs again, and it then takes its node out of the object's queue. A
+ * destroy in between must wait for it (the program frees the object right
+ * after): when destroy returns 0 the waiter has returned. Order, all on
+ * one io thread: the waiter W waits until D; main sleeps until D - 5 ms; a
+ * third thread holds the io thread past D, so both timers fire in one
+ * round, main's first: main destroys while W's wait is over but W has not
+ * run. */
+enum { L_COND, L_MUTEX, L_RWLOCK, L_SEM, L_KINDS };
+
+typedef struct leaver {
+  int kind;
+  pthread_mutex_t m;
+  pthread_cond_t c;
+  pthread_rwlock_t rw;
+  sem_t s;
+  struct timespec abs;
+  atomic_int waiting, done;
+  int rc;
+} leaver;
+
+static int64_t ts_ns(struct timespec ts) {
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *leaver_thread(void *arg) {
+  leaver *l = arg;
+  atomic_store(&l->waiting, 1);
+  switch (l->kind) {
+  case L_COND:
+    CHECK(iof_compat_pthread_mutex_lock(&l->m) == 0);
+    l->rc = iof_compat_pthread_cond_clockwait(&l->c, &l->m, CLOCK_MONOTONIC,
+                                              &l->abs);
+    CHECK(iof_compat_pthread_mutex_unlock(&l->m) == 0);
+    break;
+  case L_MUTEX:
+    l->rc = iof_compat_pthread_mutex_clocklock(&l->m, CLOCK_MONOTONIC, &l->abs);
+    break;
+  case L_RWLOCK:
+    l->rc =
+        iof_compat_pthread_rwlock_clockwrlock(&l->rw, CLOCK_MONOTONIC, &l->abs);
+    break;
+  default:
+    l->rc = iof_compat_sem_clockwait(&l->s, CLOCK_MONOTONIC, &l->abs) == 0
+                ? 0
+                : errno;
+  }
+  atomic_store(&l->done, 1);
+  return NULL;
+}
+
+/* Lets main and W reach their waits, then holds the io thread past D. */
+static void *hold_thread(void *arg) {
+  leaver *l = arg;
+  for (int i = 0; i < 5; i++) iof_yield();
+  int64_t past = ts_ns(l->abs) + 10000000;
+  while (mono_ns() < past) {
+  }
+  return NULL;
+}
+
+static int leaver_destroy(leaver *l) {
+  switch (l->kind) {
+  case L_COND:
+    return iof_compat_pthread_cond_destroy(&l->c);
+  case L_MUTEX:
+    return iof_compat_pthread_mutex_destroy(&l->m);
+  case L_RWLOCK:
+    return iof_compat_pthread_rwlock_destroy(&l->rw);
+  default:
+    return iof_compat_sem_destroy(&l->s) == 0 ? 0 : errno;
+  }
+}
+
+static int leavers_main(void *arg) {
+  int *bad = arg;
+  for (int k = 0; k < L_KINDS; k++) {
+    leaver *l = calloc(1, sizeof *l);
+    CHECK(l != NULL);
+    if (!l) return 1;
+    l->kind = k;
+    CHECK(iof_compat_pthread_mutex_init(&l->m, NULL) == 0);
+    CHECK(iof_compat_pthread_cond_init(&l->c, NULL) == 0);
+    CHECK(iof_compat_pthread_rwlock_init(&l->rw, NULL) == 0);
+    CHECK(iof_compat_sem_init(&l->s, 0, 0) == 0);
+    if (k == L_MUTEX) CHECK(iof_compat_pthread_mutex_lock(&l->m) == 0);
+    if (k == L_RWLOCK) CHECK(iof_compat_pthread_rwlock_rdlock(&l->rw) == 0);
+    l->abs = abs_in(CLOCK_MONOTONIC, 30);
+    pthread_t t, h;
+    CHECK(iof_compat_pthread_create(&t, NULL, leaver_thread, l) == 0);
+    CHECK(iof_compat_pthread_create(&h, NULL, hold_thread, l) == 0);
+    for (int i = 0; i < 2; i++) iof_yield(); /* W waits */
+    CHECK(atomic_load(&l->waiting) == 1 && atomic_load(&l->done) == 0);
+    int64_t wake = ts_ns(l->abs) - 5000000;
+    struct timespec wts = {wake / 1000000000, wake % 1000000000};
+    CHECK(iof_compat_clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &wts,
+                                     NULL) == 0);
+    if (k == L_MUTEX) CHECK(iof_compat_pthread_mutex_unlock(&l->m) == 0);
+    if (k == L_RWLOCK) CHECK(iof_compat_pthread_rwlock_unlock(&l->rw) == 0);
+    int d = leaver_destroy(l);
+    if (d != 0 || atomic_load(&l->done) != 1) {
+      fprintf(stderr, "kind %d: destroy %d, waiter done %d\n", k, d,
+              atomic_load(&l->done));
+      (*bad)++;
+    }
+    CHECK(iof_compat_pthread_join(t, NULL) == 0);
+    CHECK(iof_compat_pthread_join(h, NULL) == 0);
+    CHECK(l->rc == ETIMEDOUT);
+    if (k != L_COND) CHECK(iof_compat_pthread_cond_destroy(&l->c) == 0);
+    if (k != L_MUTEX) CHECK(iof_compat_pthread_mutex_destroy(&l->m) == 0);
+    if (k != L_RWLOCK) CHECK(iof_compat_pthread_rwlock_destroy(&l->rw) == 0);
+    if (k != L_SEM) CHECK(iof_compat_sem_destroy(&l->s) == 0);
+    free(l);
+  }
+  return 0;
+}
+
+static void test_destroy_waits_for_timed_out_waiters(void **state) {
+  (void)state;
+  int bad = 0;
+  assert_int_equal(iof_main(leavers_main, &bad), 0);
+  assert_int_equal(bad, 0);
+  assert_no_failures();
+}
+
 static pthread_barrier_t bar;
 static atomic_int serials, passed;
 static void *bar_fn(void *arg) {
@@ -1450,6 +1575,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_pthread_kill_fiber_thread, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_own_stack_children, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_destroy_waits_for_timed_out_waiters,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
