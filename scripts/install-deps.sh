@@ -24,6 +24,8 @@ PACKAGES=(
   libhiredis-dev
   postgresql
   libpq-dev
+  memcached
+  libmemcached-dev
   netcat-openbsd
   unbound
   python3
