@@ -27,8 +27,10 @@
 #include <libmemcached/memcached.h>
 #include <netinet/in.h>
 #include <pwd.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
