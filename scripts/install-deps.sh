@@ -26,6 +26,9 @@ PACKAGES=(
   libpq-dev
   memcached
   libmemcached-dev
+  mariadb-server-core
+  mariadb-client-core
+  libmariadb-dev
   netcat-openbsd
   unbound
   python3
