@@ -29,6 +29,7 @@ PACKAGES=(
   mariadb-server-core
   mariadb-client-core
   libmariadb-dev
+  libsqlite3-dev
   netcat-openbsd
   unbound
   python3
