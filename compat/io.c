@@ -27,19 +27,21 @@ static void fresh(int fd, bool user_nb, bool rt_nb) {
                             : 0);
 }
 
+/* The socket timeouts of s's record, now also to's. */
+static void copy_timeouts(const iof__fd_slot *s, int to) {
+  iof__fd_slot *t = iof__fd_slot_peek(to);
+  if (!t) return;
+  atomic_store(&t->rcv_ns, atomic_load(&s->rcv_ns));
+  atomic_store(&t->snd_ns, atomic_load(&s->snd_ns));
+}
+
 /* `to` now names the file `from` names (dup): same blocking view, same
  * socket timeouts. */
 static void inherit(int from, int to) {
   iof__fd_slot *s = iof__fd_slot_peek(from);
   unsigned st = s ? atomic_load(&s->flags) : 0;
   iof__fd_reset(to, st);
-  if (st) {
-    iof__fd_slot *t = iof__fd_slot_peek(to);
-    if (t) {
-      atomic_store(&t->rcv_ns, atomic_load(&s->rcv_ns));
-      atomic_store(&t->snd_ns, atomic_load(&s->snd_ns));
-    }
-  }
+  if (st) copy_timeouts(s, to);
 }
 
 /* ---- making fds -------------------------------------------------------- */
@@ -105,6 +107,12 @@ int iof_compat_accept4(int fd, struct sockaddr *addr, socklen_t *len,
         iof__libc.accept4(fd, addr, len, flags | (rt_nb ? SOCK_NONBLOCK : 0));
     if (c >= 0) {
       fresh(c, user_nb, rt_nb);
+      /* Linux gives the new socket the listener's options, SO_RCVTIMEO and
+       * SO_SNDTIMEO among them: its record must have them too (the
+       * listener's record holds them, learned or set through compat). A
+       * record made outside this path is unknown, and learns them from the
+       * kernel at its first blocking call from a fiber. */
+      if (rt_nb) copy_timeouts(op.slot, c);
       return c;
     }
     if (!iof__fd_again(&op)) return -1;

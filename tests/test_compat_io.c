@@ -352,6 +352,102 @@ static void test_accept_dup_sndtimeo(void **s) {
   both_ways(sc_accept_dup_sndtimeo, NULL);
 }
 
+/* A socket accept makes has the listener's SO_RCVTIMEO and SO_SNDTIMEO
+ * (Linux copies the socket's options): a read with nothing to read gives
+ * EAGAIN after about the timeout, as a thread's does (a fiber's used to
+ * wait forever: the new record had no timeouts). Set through compat on
+ * one listener, by plain setsockopt before any fiber saw the other. */
+/* Shuts fd down after 2 s unless the step ended: a read or send that does
+ * not time out ends then (end of stream, EPIPE) instead of never. */
+typedef struct bound_step {
+  int fd;
+  atomic_bool done;
+  pthread_t t;
+} bound_step;
+
+static void *bound_step_main(void *arg) {
+  bound_step *b = arg;
+  for (int i = 0; i < 40 && !atomic_load(&b->done); i++) usleep(50 * 1000);
+  if (!atomic_load(&b->done)) shutdown(b->fd, SHUT_RDWR);
+  return NULL;
+}
+
+static bool bound_step_start(bound_step *b, int fd) {
+  b->fd = fd;
+  atomic_init(&b->done, false);
+  return pthread_create(&b->t, NULL, bound_step_main, b) == 0;
+}
+
+static void bound_step_end(bound_step *b) {
+  atomic_store(&b->done, true);
+  pthread_join(b->t, NULL);
+}
+
+static int accepted_times_out(int l, int port) {
+  struct sockaddr_in a = loopback(port);
+  int c = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(c >= 0 && iof_compat_connect(c, (struct sockaddr *)&a, sizeof a) == 0);
+  int s = iof_compat_accept(l, NULL, NULL);
+  CHECK(s >= 0);
+  bound_step step;
+  CHECK(bound_step_start(&step, s));
+  char b[4];
+  uint64_t t0 = iof_test_now_ns();
+  errno = 0;
+  CHECK(iof_compat_read(s, b, sizeof b) == -1 && errno == EAGAIN);
+  int64_t ms = ms_since(t0);
+  CHECK(ms >= 40 && ms < 1500);
+  bound_step_end(&step);
+  /* And a full send side times out after SO_SNDTIMEO. */
+  static char big[65536];
+  while (iof_compat_send(s, big, sizeof big, MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+  }
+  CHECK(bound_step_start(&step, s));
+  t0 = iof_test_now_ns();
+  errno = 0;
+  CHECK(iof_compat_send(s, big, sizeof big, MSG_NOSIGNAL) == -1 &&
+        errno == EAGAIN);
+  ms = ms_since(t0);
+  CHECK(ms >= 40 && ms < 1500);
+  bound_step_end(&step);
+  iof_compat_close(s);
+  iof_compat_close(c);
+  return 0;
+}
+
+static int sc_accept_inherits_timeouts(void *arg) {
+  (void)arg;
+  struct timeval tv = {0, 50 * 1000};
+  int port;
+  int l = listen_tcp(&port, 4);
+  CHECK(iof_compat_setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+  CHECK(iof_compat_setsockopt(l, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0);
+  CHECK(accepted_times_out(l, port) == 0);
+  iof_compat_close(l);
+  return 0;
+}
+
+static int plain_listener_case(void *arg) {
+  int *a = arg;
+  return accepted_times_out(a[0], a[1]);
+}
+
+static void test_accept_inherits_timeouts(void **s) {
+  (void)s;
+  both_ways(sc_accept_inherits_timeouts, NULL);
+  /* Options set plainly, before the runtime knew the listener. */
+  int port;
+  int l = listen_tcp(&port, 4);
+  struct timeval tv = {0, 50 * 1000};
+  assert_int_equal(setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  assert_int_equal(setsockopt(l, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), 0);
+  int args[2] = {l, port};
+  assert_int_equal(in_fiber(plain_listener_case, args), 0);
+  assert_no_failures();
+  /* Through compat: the fiber's use left a record of the number. */
+  iof_compat_close(l);
+}
+
 /* ---- only fibers ----------------------------------------------------------
  */
 
@@ -1199,6 +1295,7 @@ int main(void) {
       T(test_read_after_short_read),
       T(test_file),
       T(test_accept_dup_sndtimeo),
+      T(test_accept_inherits_timeouts),
       T(test_read_blocks_only_fiber),
       T(test_close_while_waiting),
       T(test_dup2_while_waiting),
