@@ -87,6 +87,13 @@ static int64_t timeo_ns(int fd, int name) {
   return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
 }
 
+bool iof__fd_lingers(int fd) {
+  struct linger lg = {0, 0};
+  socklen_t len = sizeof lg;
+  return iof__libc.getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 &&
+         lg.l_onoff && lg.l_linger > 0;
+}
+
 unsigned iof__fd_learn(int fd, iof__fd_slot *s) {
   int fl = iof__libc.fcntl(fd, F_GETFL);
   if (fl < 0) return 0;
@@ -110,6 +117,7 @@ unsigned iof__fd_learn(int fd, iof__fd_slot *s) {
       if (S_ISSOCK(sb.st_mode)) {
         atomic_store(&s->rcv_ns, timeo_ns(fd, SO_RCVTIMEO));
         atomic_store(&s->snd_ns, timeo_ns(fd, SO_SNDTIMEO));
+        atomic_store(&s->linger, iof__fd_lingers(fd));
       }
     } else {
       st |= IOF__FD_PASS;
@@ -147,6 +155,7 @@ void iof__fd_reset(int fd, unsigned flags) {
     atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
     atomic_store_explicit(&s->rcv_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&s->snd_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->linger, false, memory_order_relaxed);
     atomic_store_explicit(&s->flags, flags, memory_order_release);
     return;
   }
@@ -158,6 +167,7 @@ void iof__fd_reset(int fd, unsigned flags) {
   atomic_store_explicit(&s->rcv_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&s->snd_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&s->drained, false, memory_order_relaxed);
+  atomic_store_explicit(&s->linger, false, memory_order_relaxed);
   atomic_store_explicit(&s->flags, flags, memory_order_release);
   bool wait = leaving(s, gen, in_fiber);
   slot_unlock(s);

@@ -8,7 +8,8 @@
  * - flags: whether compat knows the fd (KNOWN), whether the user wants it
  *   non-blocking (USER_NB), whether the runtime set O_NONBLOCK for its own
  *   waits (RT_NB), or whether it cannot be polled and passes through (PASS);
- * - the SO_RCVTIMEO / SO_SNDTIMEO the user set, in ns (0: none);
+ * - the SO_RCVTIMEO / SO_SNDTIMEO the user set, in ns (0: none), and
+ *   whether SO_LINGER makes its close wait;
  * - a generation, bumped whenever the number stops naming the same file
  *   (close, dup2 over it, a new fd made through compat), so a waiter that
  *   started on the old file can tell;
@@ -50,6 +51,11 @@ typedef struct iof__fd_slot {
    * next one waits for readiness before it tries (a hint: a wrong guess
    * costs one loop round or one EAGAIN, never a wrong result). */
   atomic_bool drained;
+  /* The socket lingers (SO_LINGER on, with a time): its last close waits
+   * in the kernel until the peer acknowledged everything, whatever
+   * O_NONBLOCK says. Set by compat's setsockopt, learned with the
+   * timeouts, copied by dup and accept. */
+  atomic_bool linger;
   iof__fd_waiter *waiters;
   /* Under the lock: the loop that last watched the fd and the generation
    * it watched (+ 1, so that a fresh slot matches nothing): a wait from
@@ -75,9 +81,13 @@ IOF_HIDDEN iof__fd_slot *iof__fd_slot_get(int fd);
 /* The slot of fd if its chunk exists, else NULL (never allocates). */
 IOF_HIDDEN iof__fd_slot *iof__fd_slot_peek(int fd);
 
+/* Whether fd is a socket whose close lingers (SO_LINGER on, time > 0). */
+IOF_HIDDEN bool iof__fd_lingers(int fd);
+
 /* Learns how to treat fd (first blocking use from a fiber): records the
  * user's O_NONBLOCK, sets the runtime's when the fd is pollable, reads the
- * socket timeouts. Returns the slot's flags (0: the fd is not open). */
+ * socket timeouts and linger. Returns the slot's flags (0: the fd is not open).
+ */
 IOF_HIDDEN unsigned iof__fd_learn(int fd, iof__fd_slot *s);
 
 /* The number now names something else (or nothing): bumps the generation,

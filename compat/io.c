@@ -8,11 +8,13 @@
 #include "compat/backoff.h"
 #include "compat/fd_table.h"
 #include "compat/thread_internal.h"
+#include "io/resolver_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -27,12 +29,13 @@ static void fresh(int fd, bool user_nb, bool rt_nb) {
                             : 0);
 }
 
-/* The socket timeouts of s's record, now also to's. */
-static void copy_timeouts(const iof__fd_slot *s, int to) {
+/* The socket timeouts and linger of s's record, now also to's. */
+static void copy_socket_opts(const iof__fd_slot *s, int to) {
   iof__fd_slot *t = iof__fd_slot_peek(to);
   if (!t) return;
   atomic_store(&t->rcv_ns, atomic_load(&s->rcv_ns));
   atomic_store(&t->snd_ns, atomic_load(&s->snd_ns));
+  atomic_store(&t->linger, atomic_load(&s->linger));
 }
 
 /* `to` now names the file `from` names (dup): same blocking view, same
@@ -41,7 +44,7 @@ static void inherit(int from, int to) {
   iof__fd_slot *s = iof__fd_slot_peek(from);
   unsigned st = s ? atomic_load(&s->flags) : 0;
   iof__fd_reset(to, st);
-  if (st) copy_timeouts(s, to);
+  if (st) copy_socket_opts(s, to);
 }
 
 /* ---- making fds -------------------------------------------------------- */
@@ -98,7 +101,14 @@ int iof_compat_accept4(int fd, struct sockaddr *addr, socklen_t *len,
   iof__fd_op op;
   if (!iof__fd_begin(&op, fd, EV_READ)) {
     int c = iof__libc.accept4(fd, addr, len, flags);
-    if (c >= 0) fresh(c, user_nb, false);
+    if (c >= 0) {
+      fresh(c, user_nb, false);
+      /* A socket the user made non-blocking is never learned: its close
+       * must know the linger it got from the listener (see below). */
+      iof__fd_slot *l = iof__fd_slot_peek(fd);
+      iof__fd_slot *t = user_nb && l ? iof__fd_slot_peek(c) : NULL;
+      if (t) atomic_store(&t->linger, atomic_load(&l->linger));
+    }
     return c;
   }
   bool rt_nb = op.fiber != NULL;
@@ -107,12 +117,12 @@ int iof_compat_accept4(int fd, struct sockaddr *addr, socklen_t *len,
         iof__libc.accept4(fd, addr, len, flags | (rt_nb ? SOCK_NONBLOCK : 0));
     if (c >= 0) {
       fresh(c, user_nb, rt_nb);
-      /* Linux gives the new socket the listener's options, SO_RCVTIMEO and
-       * SO_SNDTIMEO among them: its record must have them too (the
-       * listener's record holds them, learned or set through compat). A
-       * record made outside this path is unknown, and learns them from the
-       * kernel at its first blocking call from a fiber. */
-      if (rt_nb) copy_timeouts(op.slot, c);
+      /* Linux gives the new socket the listener's options, SO_RCVTIMEO,
+       * SO_SNDTIMEO and SO_LINGER among them: its record must have them
+       * too (the listener's record holds them, learned or set through
+       * compat). A record made outside this path is unknown, and learns
+       * them from the kernel at its first blocking call from a fiber. */
+      if (rt_nb) copy_socket_opts(op.slot, c);
       return c;
     }
     if (!iof__fd_again(&op)) return -1;
@@ -764,9 +774,60 @@ static bool runtime_fd(int fd) {
   return true;
 }
 
+/* A lingering socket's close, run on a resolver thread while the fiber
+ * waits: the kernel's close waits there until the peer acknowledged
+ * everything or the linger time ran out (O_NONBLOCK changes nothing),
+ * which on the fiber's own thread held every fiber of it that long. */
+typedef struct close_job {
+  int fd, r, err;
+  bool ran;
+} close_job;
+
+static void close_run(void *p) {
+  close_job *j = p;
+  j->r = iof__libc.close(j->fd);
+  j->err = errno;
+  j->ran = true;
+}
+
+/* The fiber left (stopped) or no thread took the job: the close must still
+ * happen, here, without the wait: linger off, the kernel finishes the
+ * close in the background, as when the linger time runs out. */
+static void close_release(void *p) {
+  close_job *j = p;
+  if (!j->ran) {
+    struct linger off = {0, 0};
+    (void)iof__libc.setsockopt(j->fd, SOL_SOCKET, SO_LINGER, &off, sizeof off);
+    (void)iof__libc.close(j->fd);
+  }
+  free(j);
+}
+
+static int close_lingering(iof_fiber *f, int fd) {
+  close_job *j = calloc(1, sizeof *j);
+  if (!j) return iof__libc.close(fd);
+  j->fd = fd;
+  int saved = errno;
+  int r = iof__resolver_run(iof__compat_io(f), close_run, j, close_release);
+  /* On failure the release closed it (or will): the number is gone
+   * either way, so the close succeeded as far as the caller can tell. */
+  if (r < 0) {
+    errno = saved;
+    return 0;
+  }
+  r = j->r;
+  errno = r < 0 ? j->err : saved;
+  free(j);
+  return r;
+}
+
 int iof_compat_close(int fd) {
   if (runtime_fd(fd)) return -1;
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  bool lingers = s && atomic_load_explicit(&s->linger, memory_order_relaxed);
   iof__fd_reset(fd, 0);
+  iof_fiber *f = lingers ? iof__compat_fiber() : NULL;
+  if (f) return close_lingering(f, fd);
   return iof__libc.close(fd);
 }
 
@@ -940,6 +1001,12 @@ int iof_compat_ioctl(int fd, unsigned long req, ...) {
 int iof_compat_setsockopt(int fd, int level, int name, const void *val,
                           socklen_t len) {
   int r = iof__libc.setsockopt(fd, level, name, val, len);
+  if (r == 0 && level == SOL_SOCKET && name == SO_LINGER &&
+      len >= sizeof(struct linger)) {
+    const struct linger *lg = val;
+    iof__fd_slot *s = iof__fd_slot_get(fd);
+    if (s) atomic_store(&s->linger, lg->l_onoff && lg->l_linger > 0);
+  }
   if (r == 0 && level == SOL_SOCKET &&
       (name == SO_RCVTIMEO || name == SO_SNDTIMEO) &&
       len >= sizeof(struct timeval)) {

@@ -1283,6 +1283,102 @@ static void test_scm_rights_pass_blocking_sandboxed(void **s) {
   assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* close() of a socket with SO_LINGER on and a time waits in the kernel
+ * until the peer acknowledged everything or the time ran out, O_NONBLOCK
+ * or not: with a peer that reads nothing, a fiber's close used to hold
+ * its whole thread for the linger time. Now only the fiber waits (the
+ * close runs on a resolver thread): the kernel's wait is kept, the other
+ * fibers tick meanwhile. The linger is set through compat on one socket,
+ * and on the listening socket for the other (accept copies it, as Linux
+ * does); a socket with linger 0 (a reset) closes at once. */
+typedef struct linger_ctx {
+  int port, listener;
+  atomic_int closing; /* 1 + the close in progress, 0 none */
+  atomic_bool done;
+  atomic_int ticks[2]; /* while close k was in progress */
+  int64_t close_ms[2];
+  int close_r[2];
+} linger_ctx;
+
+/* A connection to ctx's listener whose accepted side s is full: 0 or -1. */
+static int stuck_pair(linger_ctx *x, int *c, int *s) {
+  struct sockaddr_in a = loopback(x->port);
+  *c = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(*c >= 0 &&
+        iof_compat_connect(*c, (struct sockaddr *)&a, sizeof a) == 0);
+  *s = iof_compat_accept(x->listener, NULL, NULL);
+  CHECK(*s >= 0);
+  static char big[65536];
+  while (iof_compat_send(*s, big, sizeof big, MSG_DONTWAIT | MSG_NOSIGNAL) >
+         0) {
+  }
+  return *s >= 0 ? 0 : -1;
+}
+
+static int linger_closer(void *arg) {
+  linger_ctx *x = arg;
+  struct linger lg = {1, 1};
+  int c0, s0, c1, s1;
+  CHECK(stuck_pair(x, &c0, &s0) == 0);
+  CHECK(iof_compat_setsockopt(s0, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0);
+  CHECK(iof_compat_setsockopt(x->listener, SOL_SOCKET, SO_LINGER, &lg,
+                              sizeof lg) == 0);
+  CHECK(stuck_pair(x, &c1, &s1) == 0);
+  int sv[2] = {s0, s1};
+  for (int k = 0; k < 2; k++) {
+    atomic_store(&x->closing, 1 + k);
+    uint64_t t0 = iof_test_now_ns();
+    errno = 4242;
+    x->close_r[k] = iof_compat_close(sv[k]);
+    x->close_ms[k] = ms_since(t0);
+    CHECK(errno == 4242);
+    atomic_store(&x->closing, 0);
+  }
+  /* linger {1, 0}: a reset, no wait. */
+  int c2, s2;
+  lg.l_linger = 0;
+  CHECK(iof_compat_setsockopt(x->listener, SOL_SOCKET, SO_LINGER, &lg,
+                              sizeof lg) == 0);
+  CHECK(stuck_pair(x, &c2, &s2) == 0);
+  uint64_t t0 = iof_test_now_ns();
+  CHECK(iof_compat_close(s2) == 0 && ms_since(t0) < 500);
+  iof_compat_close(c0);
+  iof_compat_close(c1);
+  iof_compat_close(c2);
+  atomic_store(&x->done, true);
+  return 0;
+}
+
+static int linger_ticker(void *arg) {
+  linger_ctx *x = arg;
+  while (!atomic_load(&x->done)) {
+    iof_compat_usleep(5000);
+    int k = atomic_load(&x->closing);
+    if (k) atomic_fetch_add(&x->ticks[k - 1], 1);
+  }
+  return 0;
+}
+
+static void test_close_lingering(void **s) {
+  (void)s;
+  linger_ctx x = {0};
+  x.listener = listen_tcp(&x.port, 8);
+  iof_io_context *io = new_io();
+  launch(io, linger_closer, &x);
+  launch(io, linger_ticker, &x);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  /* Each close took its second; a tick per 5 ms meanwhile, far more
+   * than none. */
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(x.close_r[k], 0);
+    assert_true(x.close_ms[k] >= 800 && x.close_ms[k] < 5000);
+    assert_true(atomic_load(&x.ticks[k]) >= 50);
+  }
+  iof_compat_close(x.listener);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -1296,6 +1392,7 @@ int main(void) {
       T(test_file),
       T(test_accept_dup_sndtimeo),
       T(test_accept_inherits_timeouts),
+      T(test_close_lingering),
       T(test_read_blocks_only_fiber),
       T(test_close_while_waiting),
       T(test_dup2_while_waiting),
