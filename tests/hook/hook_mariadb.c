@@ -165,13 +165,17 @@ static int run_to_end(const char *exe, char *const argv[]) {
 }
 
 /* The system tables, with root@localhost on the socket without password;
- * a small redo log and buffer pool: a throwaway server. */
+ * a small redo log and buffer pool: a throwaway server. Its own temporary
+ * directory: two bootstraps at once in /tmp (ctest -j) collided on their
+ * temporary tables' files. */
 static int install_db(void) {
-  char datadir_opt[128];
+  char datadir_opt[128], tmpdir_opt[128];
   snprintf(datadir_opt, sizeof datadir_opt, "--datadir=%s", data_dir);
+  snprintf(tmpdir_opt, sizeof tmpdir_opt, "--tmpdir=%s", dir);
   char *argv[] = {"mariadb-install-db",
                   "--no-defaults",
                   datadir_opt,
+                  tmpdir_opt,
                   "--auth-root-authentication-method=normal",
                   "--skip-test-db",
                   "--skip-name-resolve",
@@ -244,7 +248,8 @@ static int start_server(void) {
     int p = hook_free_port();
     if (p < 0) return p;
     char port_opt[32], datadir_opt[128], sock_opt[128], pid_opt[128],
-        log_opt[128], cert_opt[128], key_opt[128];
+        log_opt[128], cert_opt[128], key_opt[128], tmpdir_opt[128];
+    snprintf(tmpdir_opt, sizeof tmpdir_opt, "--tmpdir=%s", dir);
     snprintf(port_opt, sizeof port_opt, "--port=%d", p);
     snprintf(datadir_opt, sizeof datadir_opt, "--datadir=%s", data_dir);
     snprintf(sock_opt, sizeof sock_opt, "--socket=%s", sock_path);
@@ -260,6 +265,7 @@ static int start_server(void) {
                     port_opt,
                     pid_opt,
                     log_opt,
+                    tmpdir_opt,
                     "--bind-address=127.0.0.1",
                     "--skip-name-resolve",
                     "--max-connections=200",
@@ -270,7 +276,7 @@ static int start_server(void) {
                     NULL,
                     NULL, /* --user=root */
                     NULL};
-    int argc = 13;
+    int argc = 14;
     if (tls) {
       argv[argc++] = cert_opt;
       argv[argc++] = key_opt;
