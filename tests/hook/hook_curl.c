@@ -30,8 +30,6 @@
 #define N 100
 #define DELAY_MS 200
 
-extern char **environ;
-
 static int port;
 static atomic_int ok_count;
 static atomic_int max_threads;
@@ -106,55 +104,12 @@ static void *thread_main(void *arg) {
   return NULL;
 }
 
-/* The server runs in a child process (this binary with --server) so its
- * threads are not counted; it exits when its stdin (our pipe) closes. */
-static int start_server(pid_t *pid, int *keep) {
-  int in[2], out[2];
-  if (pipe(in) || pipe(out)) return -errno;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addclose(&fa, in[1]);
-  posix_spawn_file_actions_addclose(&fa, out[0]);
-  char *argv[] = {"hook_curl", "--server", NULL};
-  int r = posix_spawn(pid, "/proc/self/exe", &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(in[0]);
-  close(out[1]);
-  if (r) return -r;
-  char buf[16] = {0};
-  size_t n = 0;
-  while (n < sizeof buf - 1) {
-    ssize_t k = read(out[0], buf + n, 1);
-    if (k <= 0 || buf[n] == '\n') break;
-    n++;
-  }
-  close(out[0]);
-  *keep = in[1];
-  return atoi(buf) > 0 ? atoi(buf) : -EIO;
-}
-
-static int server_main(void) {
-  /* Our stdin is a pipe the parent made in a fiber under iofiber-run: the
-   * hook put it back in blocking mode before posix_spawn, or this read
-   * would fail at once with EAGAIN and the server would quit. */
-  int p = http_delay_server_start(DELAY_MS);
-  if (p < 0) return 1;
-  printf("%d\n", p);
-  fflush(stdout);
-  char c;
-  while (read(0, &c, 1) > 0) {
-  }
-  _exit(0);
-}
-
 int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "--server")) return server_main();
+  if (argc > 1 && !strcmp(argv[1], "--server"))
+    return http_delay_server_child(DELAY_MS);
   bool under_run = iof_env_current() != NULL;
-  pid_t server;
   int keep = -1;
-  port = start_server(&server, &keep);
+  port = http_delay_server_spawn(&keep);
   if (port < 0) {
     fprintf(stderr, "hook_curl: server: %s\n", strerror(-port));
     return 1;

@@ -36,8 +36,6 @@
 #define TICK_MS 5
 #define WATCHDOG_S 30
 
-extern char **environ;
-
 static int port;
 static int ok_count, done_count;
 static pid_t tids[N];
@@ -114,53 +112,13 @@ static int fetch(void *arg) {
   return 0;
 }
 
-/* The server runs in a child (this binary with --server) and exits when
- * its stdin, our pipe, closes. */
-static int start_server(int *keep) {
-  int in[2], out[2];
-  if (pipe(in) || pipe(out)) return -errno;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addclose(&fa, in[1]);
-  posix_spawn_file_actions_addclose(&fa, out[0]);
-  char *argv[] = {"hook_embedded", "--server", NULL};
-  pid_t pid;
-  int r = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(in[0]);
-  close(out[1]);
-  if (r) return -r;
-  char buf[16] = {0};
-  size_t n = 0;
-  while (n < sizeof buf - 1) {
-    ssize_t k = read(out[0], buf + n, 1);
-    if (k <= 0 || buf[n] == '\n') break;
-    n++;
-  }
-  close(out[0]);
-  *keep = in[1];
-  return atoi(buf) > 0 ? atoi(buf) : -EIO;
-}
-
-static int server_main(void) {
-  int p = http_delay_server_start(DELAY_MS);
-  if (p < 0) return 1;
-  printf("%d\n", p);
-  fflush(stdout);
-  char c;
-  while (read(0, &c, 1) > 0) {
-  }
-  _exit(0);
-}
-
 int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "--server")) return server_main();
+  if (argc > 1 && !strcmp(argv[1], "--server"))
+    return http_delay_server_child(DELAY_MS);
   signal(SIGALRM, SIG_DFL);
   alarm(WATCHDOG_S);
   int keep = -1;
-  port = start_server(&keep);
+  port = http_delay_server_spawn(&keep);
   if (port < 0) {
     fprintf(stderr, "hook_embedded: server: %s\n", strerror(-port));
     return 1;

@@ -61,7 +61,6 @@ static gid_t run_gid;
 static bool switch_user;
 static bool tls; /* the server has a certificate */
 
-static atomic_int next_index;
 static atomic_int ok_count;
 static atomic_int tls_count; /* clients ok over TLS */
 static atomic_int arrived;   /* clients past their connect (ok or not) */
@@ -480,31 +479,6 @@ static void client(int i) {
   PQfinish(c);
 }
 
-static int fiber_main(void *arg) {
-  (void)arg;
-  client(atomic_fetch_add(&next_index, 1));
-  return 0;
-}
-
-static void *thread_main(void *arg) {
-  client((int)(intptr_t)arg);
-  return NULL;
-}
-
-static int run_clients(bool under_run) {
-  if (!under_run) return hook_run_fibers(CLIENTS, fiber_main, NULL);
-  pthread_t t[CLIENTS];
-  for (int i = 0; i < CLIENTS; i++) {
-    int r = pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i);
-    if (r) {
-      for (int j = 0; j < i; j++) pthread_join(t[j], NULL);
-      return -r;
-    }
-  }
-  for (int i = 0; i < CLIENTS; i++) pthread_join(t[i], NULL);
-  return 0;
-}
-
 /* Sets up the user to run the server as: ourselves, or as root the
  * package's `postgres` user. */
 static bool pick_user(void) {
@@ -555,7 +529,7 @@ int main(void) {
   r = start_server();
   if (r < 0) return fail("postgres", -r);
   int64_t t0 = now_ms();
-  r = run_clients(under_run);
+  r = hook_run_clients(CLIENTS, under_run, client);
   int64_t elapsed = now_ms() - t0;
   if (r < 0) return fail("clients", -r);
   int64_t t_stop = now_ms();

@@ -70,7 +70,6 @@ static bool switch_user;
 static const char *root_opt; /* "--user=root" when run as root */
 static bool tls;             /* the server has a certificate */
 
-static atomic_int next_index;
 static atomic_int ok_count;
 static atomic_int tls_count; /* clients ok over TLS */
 static atomic_int arrived;   /* clients past their connect (ok or not) */
@@ -557,31 +556,6 @@ static void client(int i) {
   mysql_close(m);
 }
 
-static int fiber_main(void *arg) {
-  (void)arg;
-  client(atomic_fetch_add(&next_index, 1));
-  return 0;
-}
-
-static void *thread_main(void *arg) {
-  client((int)(intptr_t)arg);
-  return NULL;
-}
-
-static int run_clients(bool under_run) {
-  if (!under_run) return hook_run_fibers(CLIENTS, fiber_main, NULL);
-  pthread_t t[CLIENTS];
-  for (int i = 0; i < CLIENTS; i++) {
-    int r = pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i);
-    if (r) {
-      for (int j = 0; j < i; j++) pthread_join(t[j], NULL);
-      return -r;
-    }
-  }
-  for (int i = 0; i < CLIENTS; i++) pthread_join(t[i], NULL);
-  return 0;
-}
-
 /* The rows the clients inserted: N of them, ids 0..N-1. */
 static bool rows_ok(void) {
   MYSQL *m = admin_connect();
@@ -648,7 +622,7 @@ int main(void) {
   r = start_server();
   if (r < 0) return fail("mariadbd", -r);
   int64_t t0 = now_ms();
-  r = run_clients(under_run);
+  r = hook_run_clients(CLIENTS, under_run, client);
   int64_t elapsed = now_ms() - t0;
   if (r < 0) return fail("clients", -r);
   bool rows = rows_ok();

@@ -55,7 +55,6 @@
 
 static volatile pid_t server;
 static int port, silent_port;
-static atomic_int next_index;
 static atomic_int ok_count;
 static atomic_int arrived;
 static atomic_long incr_sum;
@@ -320,31 +319,6 @@ static void client(int i) {
   if (ok) atomic_fetch_add(&ok_count, 1);
 }
 
-static int fiber_main(void *arg) {
-  (void)arg;
-  client(atomic_fetch_add(&next_index, 1));
-  return 0;
-}
-
-static void *thread_main(void *arg) {
-  client((int)(intptr_t)arg);
-  return NULL;
-}
-
-static int run_clients(bool under_run) {
-  if (!under_run) return hook_run_fibers(N, fiber_main, NULL);
-  pthread_t t[N];
-  for (int i = 0; i < N; i++) {
-    int r = pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i);
-    if (r) {
-      for (int j = 0; j < i; j++) pthread_join(t[j], NULL);
-      return -r;
-    }
-  }
-  for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
-  return 0;
-}
-
 int main(void) {
   const char *exe = memcached_path();
   if (!exe) {
@@ -369,7 +343,7 @@ int main(void) {
     return 1;
   }
   int64_t t0 = now_ms();
-  r = run_clients(under_run);
+  r = hook_run_clients(N, under_run, client);
   int64_t elapsed = now_ms() - t0;
   close(silent);
   stop_server();

@@ -33,6 +33,7 @@
 
 #include <cmocka.h>
 
+#include "driver_support.h"
 #include "test_support.h"
 
 #define TINYPROXY "/usr/bin/tinyproxy"
@@ -58,84 +59,6 @@ static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(s >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(getsockname(s, (struct sockaddr *)&a, &l), 0);
-  close(s);
-  return ntohs(a.sin_port);
-}
-
-static bool listening(int port) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) return false;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
-  close(s);
-  return ok;
-}
-
-/* Up to ~5 s; false if pid died first. */
-static bool wait_listening(int port, pid_t pid) {
-  for (int i = 0; i < 250; i++) {
-    if (listening(port)) return true;
-    if (waitpid(pid, NULL, WNOHANG) == pid) return false;
-    usleep(20000);
-  }
-  return false;
-}
-
-static pid_t spawn(const char *const *argv, const char *out, const char *err) {
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    int i = open("/dev/null", O_RDONLY);
-    int o = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int e = open(err ? err : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(i, 0), dup2(o, 1), dup2(e, 2);
-    unsetenv("LD_PRELOAD");
-    unsetenv("IOF_RUN");
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  return pid;
-}
-
-/* Exit status (128 + signal when killed), or -1 after `seconds`. */
-static int wait_exit(pid_t pid, int seconds) {
-  for (int i = 0; i < seconds * 50; i++) {
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid)
-      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    usleep(20000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
-  return -1;
-}
-
-static size_t slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return buf[0] = '\0', 0;
-  size_t n = fread(buf, 1, cap - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return n;
-}
-
-static int os_threads(pid_t pid) {
-  char path[64], buf[4096];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  slurp(path, buf, sizeof buf);
-  const char *t = strstr(buf, "Threads:");
-  return t ? atoi(t + 8) : -1;
 }
 
 /* ---- the origin: DELAY_MS, then the body; counts requests in progress */
@@ -247,14 +170,14 @@ static int run_clients(pid_t proxy, const char *const *args, size_t nargs,
       }
     }
     argv[k] = NULL;
-    pids[i] = spawn(argv, NULL, NULL);
+    pids[i] = drv_spawn(argv, -1, NULL, NULL);
   }
   *max_threads = 0;
   int left = CLIENTS, status[CLIENTS];
   bool done[CLIENTS] = {false};
   int64_t end = now_ms() + 30000;
   while (left > 0 && now_ms() < end) {
-    int t = os_threads(proxy);
+    int t = drv_os_threads(proxy);
     if (t > *max_threads) *max_threads = t;
     for (int i = 0; i < CLIENTS; i++) {
       int st;
@@ -286,9 +209,9 @@ static int run_clients(pid_t proxy, const char *const *args, size_t nargs,
 static void check(const char *name, pid_t proxy, int ok, int threads,
                   const char *err) {
   kill(proxy, SIGTERM);
-  int st = wait_exit(proxy, 10);
+  int st = drv_wait_exit(proxy, 10);
   char buf[4096];
-  slurp(err, buf, sizeof buf);
+  drv_slurp(err, buf, sizeof buf);
   print_message("%s under iofiber-run: %d/%d bodies intact, %d requests in "
                 "progress at once at the origin, at most %d OS thread(s), "
                 "exit %d\n",
@@ -308,7 +231,7 @@ static void test_tinyproxy(void **state) {
   char conf[128], err[128];
   tmp_path(conf, sizeof conf, "tinyproxy.conf");
   tmp_path(err, sizeof err, "tinyproxy.err");
-  int port = free_port();
+  int port = drv_free_port();
   FILE *f = fopen(conf, "w");
   assert_non_null(f);
   fprintf(f,
@@ -316,10 +239,10 @@ static void test_tinyproxy(void **state) {
           "LogLevel Error\nAllow 127.0.0.1\n",
           port);
   fclose(f);
-  pid_t pid = spawn(
+  pid_t pid = drv_spawn(
       (const char *const[]){IOF_RUN_PATH, TINYPROXY, "-d", "-c", conf, NULL},
-      NULL, err);
-  assert_true(wait_listening(port, pid));
+      -1, NULL, err);
+  assert_true(drv_wait_listening(port, pid));
   char proxy[64], url[64];
   snprintf(proxy, sizeof proxy, "http://127.0.0.1:%d", port);
   snprintf(url, sizeof url, "http://127.0.0.1:%d/item/%%d", origin_port);
@@ -336,13 +259,13 @@ static void test_microsocks(void **state) {
   if (access(MICROSOCKS, X_OK) || access(CURL, X_OK)) skip();
   char err[128];
   tmp_path(err, sizeof err, "microsocks.err");
-  int port = free_port();
+  int port = drv_free_port();
   char ps[16];
   snprintf(ps, sizeof ps, "%d", port);
-  pid_t pid = spawn((const char *const[]){IOF_RUN_PATH, MICROSOCKS, "-i",
-                                          "127.0.0.1", "-p", ps, NULL},
-                    NULL, err);
-  assert_true(wait_listening(port, pid));
+  pid_t pid = drv_spawn((const char *const[]){IOF_RUN_PATH, MICROSOCKS, "-i",
+                                              "127.0.0.1", "-p", ps, NULL},
+                        -1, NULL, err);
+  assert_true(drv_wait_listening(port, pid));
   char proxy[64], url[64];
   snprintf(proxy, sizeof proxy, "127.0.0.1:%d", port);
   snprintf(url, sizeof url, "http://127.0.0.1:%d/item/%%d", origin_port);
@@ -363,13 +286,13 @@ static void test_stunnel(void **state) {
   tmp_path(cert, sizeof cert, "cert.pem");
   tmp_path(conf, sizeof conf, "stunnel.conf");
   tmp_path(err, sizeof err, "stunnel.err");
-  pid_t mk = spawn((const char *const[]){OPENSSL, "req", "-x509", "-newkey",
-                                         "rsa:2048", "-nodes", "-keyout", key,
-                                         "-out", cert, "-days", "1", "-subj",
-                                         "/CN=127.0.0.1", NULL},
-                   NULL, NULL);
-  assert_int_equal(wait_exit(mk, 30), 0);
-  int port = free_port();
+  pid_t mk = drv_spawn((const char *const[]){OPENSSL, "req", "-x509", "-newkey",
+                                             "rsa:2048", "-nodes", "-keyout",
+                                             key, "-out", cert, "-days", "1",
+                                             "-subj", "/CN=127.0.0.1", NULL},
+                       -1, NULL, NULL);
+  assert_int_equal(drv_wait_exit(mk, 30), 0);
+  int port = drv_free_port();
   FILE *f = fopen(conf, "w");
   assert_non_null(f);
   fprintf(f,
@@ -378,9 +301,9 @@ static void test_stunnel(void **state) {
           "cert = %s\nkey = %s\n",
           port, origin_port, cert, key);
   fclose(f);
-  pid_t pid = spawn((const char *const[]){IOF_RUN_PATH, STUNNEL, conf, NULL},
-                    NULL, err);
-  assert_true(wait_listening(port, pid));
+  pid_t pid = drv_spawn(
+      (const char *const[]){IOF_RUN_PATH, STUNNEL, conf, NULL}, -1, NULL, err);
+  assert_true(drv_wait_listening(port, pid));
   char url[64];
   snprintf(url, sizeof url, "https://127.0.0.1:%d/item/%%d", port);
   int threads;

@@ -37,6 +37,7 @@
 
 #include <cmocka.h>
 
+#include "driver_support.h"
 #include "test_support.h"
 
 #define PYTHON "/usr/bin/python3"
@@ -47,94 +48,6 @@
 #define UNBOUND "/usr/sbin/unbound"
 #define MDB_LOAD "/usr/bin/mdb_load"
 #define MDB_DUMP "/usr/bin/mdb_dump"
-
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(s >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(getsockname(s, (struct sockaddr *)&a, &l), 0);
-  close(s);
-  return ntohs(a.sin_port);
-}
-
-static int connect_to(int port) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(s);
-    return -1;
-  }
-  struct timeval tv = {5, 0};
-  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return s;
-}
-
-/* Waits (up to ~5 s) until something listens on port; false if pid died. */
-static bool wait_listening(int port, pid_t pid) {
-  for (int i = 0; i < 250; i++) {
-    int s = connect_to(port);
-    if (s >= 0) {
-      close(s);
-      return true;
-    }
-    if (pid > 0 && waitpid(pid, NULL, WNOHANG) == pid) return false;
-    usleep(20000);
-  }
-  return false;
-}
-
-/* Starts argv with stdin from in_fd (or /dev/null), stdout and stderr to
- * the files given (NULL: /dev/null). */
-static pid_t spawn(const char *const *argv, int in_fd, const char *out,
-                   const char *err) {
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    int i = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
-    int o = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int e = open(err ? err : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(i, 0), dup2(o, 1), dup2(e, 2);
-    unsetenv("LD_PRELOAD");
-    unsetenv("IOF_RUN");
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  return pid;
-}
-
-static int wait_exit(pid_t pid, int seconds) {
-  for (int i = 0; i < seconds * 50; i++) {
-    int st;
-    pid_t r = waitpid(pid, &st, WNOHANG);
-    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    usleep(20000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
-  return -1;
-}
-
-static size_t slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return buf[0] = '\0', 0;
-  size_t n = fread(buf, 1, cap - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return n;
-}
-
-static int os_threads(pid_t pid) {
-  char path[64], buf[4096];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  slurp(path, buf, sizeof buf);
-  const char *t = strstr(buf, "Threads:");
-  return t ? atoi(t + 8) : -1;
-}
 
 static char tmpdir[] = "/tmp/iof-realprogs-XXXXXX";
 
@@ -150,7 +63,7 @@ static const char body_text[] = "served by python on fibers\n";
 static int http_port;
 
 static bool http_get_ok(void) {
-  int s = connect_to(http_port);
+  int s = drv_connect(http_port);
   if (s < 0) return false;
   static const char req[] = "GET /f.txt HTTP/1.0\r\nHost: x\r\n\r\n";
   bool ok = write(s, req, sizeof req - 1) == (ssize_t)(sizeof req - 1);
@@ -183,15 +96,15 @@ static void test_python_http_server(void **state) {
   fputs(body_text, fp);
   fclose(fp);
   tmp_path(err, sizeof err, "http.err");
-  http_port = free_port();
+  http_port = drv_free_port();
   char ps[16];
   snprintf(ps, sizeof ps, "%d", http_port);
-  pid_t pid = spawn(
+  pid_t pid = drv_spawn(
       (const char *const[]){IOF_RUN_PATH, PYTHON, "-m", "http.server", ps,
                             "--bind", "127.0.0.1", "--directory", tmpdir, NULL},
       -1, NULL, err);
-  if (!wait_listening(http_port, pid)) {
-    slurp(err, buf, sizeof buf);
+  if (!drv_wait_listening(http_port, pid)) {
+    drv_slurp(err, buf, sizeof buf);
     fail_msg("http.server did not start: %s", buf);
   }
   pthread_t t[HTTP_CLIENTS];
@@ -206,10 +119,10 @@ static void test_python_http_server(void **state) {
   /* Every request thread was a fiber: one io thread (plus, at most, the
    * resolver's worker, started by http.server's getaddrinfo of its bind
    * address), where plain Python would have run up to 10 at once. */
-  int threads = os_threads(pid);
+  int threads = drv_os_threads(pid);
   kill(pid, SIGINT);
-  int st = wait_exit(pid, 10);
-  slurp(err, buf, sizeof buf);
+  int st = drv_wait_exit(pid, 10);
+  drv_slurp(err, buf, sizeof buf);
   print_message("python http.server under iofiber-run: %d/%d requests ok, "
                 "%d OS thread(s), exit %d\n",
                 (int)ok, HTTP_CLIENTS * HTTP_PER_CLIENT, threads, st);
@@ -255,13 +168,13 @@ static void test_python_threads(void **state) {
   char out[128], err[128], buf[4096];
   tmp_path(out, sizeof out, "py.out");
   tmp_path(err, sizeof err, "py.err");
-  pid_t pid =
-      spawn((const char *const[]){IOF_RUN_PATH, PYTHON, "-c", py_threads, NULL},
-            -1, out, err);
-  int st = wait_exit(pid, 15);
-  slurp(err, buf, sizeof buf);
+  pid_t pid = drv_spawn(
+      (const char *const[]){IOF_RUN_PATH, PYTHON, "-c", py_threads, NULL}, -1,
+      out, err);
+  int st = drv_wait_exit(pid, 15);
+  drv_slurp(err, buf, sizeof buf);
   if (st != 0) fail_msg("python exit %d: %s", st, buf);
-  slurp(out, buf, sizeof buf);
+  drv_slurp(out, buf, sizeof buf);
   assert_string_equal(buf, "50 fast timeout\n");
 }
 
@@ -292,12 +205,12 @@ static void test_python_multiprocessing(void **state) {
   tmp_path(out, sizeof out, "mp.out");
   tmp_path(err, sizeof err, "mp.err");
   pid_t pid =
-      spawn((const char *const[]){IOF_RUN_PATH, PYTHON, "-c", py_mp, NULL}, -1,
-            out, err);
-  int st = wait_exit(pid, 15);
-  slurp(err, buf, sizeof buf);
+      drv_spawn((const char *const[]){IOF_RUN_PATH, PYTHON, "-c", py_mp, NULL},
+                -1, out, err);
+  int st = drv_wait_exit(pid, 15);
+  drv_slurp(err, buf, sizeof buf);
   if (st != 0) fail_msg("python exit %d: %s", st, buf);
-  slurp(out, buf, sizeof buf);
+  drv_slurp(out, buf, sizeof buf);
   assert_string_equal(buf, "332833500\n[0, 1, 2, 3, 4]\n1000\n");
 }
 
@@ -332,12 +245,12 @@ static void test_node(void **state) {
   tmp_path(out, sizeof out, "node.out");
   tmp_path(err, sizeof err, "node.err");
   pid_t pid =
-      spawn((const char *const[]){IOF_RUN_PATH, node, "-e", node_js, NULL}, -1,
-            out, err);
-  int st = wait_exit(pid, 15);
-  slurp(err, buf, sizeof buf);
+      drv_spawn((const char *const[]){IOF_RUN_PATH, node, "-e", node_js, NULL},
+                -1, out, err);
+  int st = drv_wait_exit(pid, 15);
+  drv_slurp(err, buf, sizeof buf);
   if (st != 0) fail_msg("node exit %d: %s", st, buf);
-  slurp(out, buf, sizeof buf);
+  drv_slurp(out, buf, sizeof buf);
   assert_non_null(strstr(buf, "http 20\n"));
   assert_non_null(strstr(buf, "fs true\n"));
   assert_non_null(strstr(buf, "crypto 32\n"));
@@ -354,22 +267,22 @@ static void redis_cli(int port, const char *const *args, char *buf,
   while (*args && n < 15) argv[n++] = *args++;
   argv[n] = NULL;
   tmp_path(out, sizeof out, "redis.out");
-  pid_t pid = spawn(argv, -1, out, NULL);
-  assert_int_equal(wait_exit(pid, 10), 0);
-  slurp(out, buf, cap);
+  pid_t pid = drv_spawn(argv, -1, out, NULL);
+  assert_int_equal(drv_wait_exit(pid, 10), 0);
+  drv_slurp(out, buf, cap);
 }
 
 static void test_redis_cli(void **state) {
   (void)state;
   if (access(REDIS_SERVER, X_OK) != 0 || access(REDIS_CLI, X_OK) != 0) skip();
-  int port = free_port();
+  int port = drv_free_port();
   char ps[16], buf[256];
   snprintf(ps, sizeof ps, "%d", port);
-  pid_t srv = spawn((const char *const[]){REDIS_SERVER, "--port", ps, "--bind",
-                                          "127.0.0.1", "--save", "",
-                                          "--appendonly", "no", NULL},
-                    -1, NULL, NULL);
-  assert_true(wait_listening(port, srv));
+  pid_t srv = drv_spawn((const char *const[]){REDIS_SERVER, "--port", ps,
+                                              "--bind", "127.0.0.1", "--save",
+                                              "", "--appendonly", "no", NULL},
+                        -1, NULL, NULL);
+  assert_true(drv_wait_listening(port, srv));
   redis_cli(port, (const char *const[]){"PING", NULL}, buf, sizeof buf);
   assert_string_equal(buf, "PONG\n");
   redis_cli(port, (const char *const[]){"SET", "k", "41", NULL}, buf,
@@ -386,19 +299,19 @@ static void test_redis_cli(void **state) {
   if (access(REDIS_BENCH, X_OK) == 0) {
     char out[128];
     tmp_path(out, sizeof out, "redis.out");
-    pid_t b =
-        spawn((const char *const[]){IOF_RUN_PATH, REDIS_BENCH, "-p", ps, "-n",
-                                    "1000", "-c", "10", "-t", "set,get", "-q",
-                                    "--threads", "2", NULL},
-              -1, out, NULL);
-    assert_int_equal(wait_exit(b, 15), 0);
+    pid_t b = drv_spawn((const char *const[]){IOF_RUN_PATH, REDIS_BENCH, "-p",
+                                              ps, "-n", "1000", "-c", "10",
+                                              "-t", "set,get", "-q",
+                                              "--threads", "2", NULL},
+                        -1, out, NULL);
+    assert_int_equal(drv_wait_exit(b, 15), 0);
     char rb[4096];
-    slurp(out, rb, sizeof rb);
+    drv_slurp(out, rb, sizeof rb);
     assert_non_null(strstr(rb, "SET: "));
     assert_non_null(strstr(rb, "GET: "));
   }
   kill(srv, SIGTERM);
-  assert_true(wait_exit(srv, 10) >= 0);
+  assert_true(drv_wait_exit(srv, 10) >= 0);
 }
 
 /* ---- nc ---------------------------------------------------------------- */
@@ -407,24 +320,24 @@ static void test_nc(void **state) {
   (void)state;
   if (access(NC, X_OK) != 0) skip();
   /* nc listening, under iofiber-run: what a plain client sends comes out. */
-  int port = free_port();
+  int port = drv_free_port();
   char ps[16], out[128], buf[256];
   snprintf(ps, sizeof ps, "%d", port);
   tmp_path(out, sizeof out, "nc.out");
-  pid_t pid = spawn(
+  pid_t pid = drv_spawn(
       (const char *const[]){IOF_RUN_PATH, NC, "-l", "127.0.0.1", ps, NULL}, -1,
       out, NULL);
   /* nc serves one client: the first connection that succeeds is it. */
   int s = -1;
   for (int i = 0; i < 250 && s < 0; i++) {
-    s = connect_to(port);
+    s = drv_connect(port);
     if (s < 0) usleep(20000);
   }
   assert_true(s >= 0);
   assert_int_equal(write(s, "to nc\n", 6), 6);
   close(s);
-  assert_int_equal(wait_exit(pid, 10), 0);
-  slurp(out, buf, sizeof buf);
+  assert_int_equal(drv_wait_exit(pid, 10), 0);
+  drv_slurp(out, buf, sizeof buf);
   assert_string_equal(buf, "to nc\n");
 
   /* nc as a client under iofiber-run, stdin a pipe, -N: shut down at EOF. */
@@ -438,7 +351,7 @@ static void test_nc(void **state) {
   snprintf(ps, sizeof ps, "%d", ntohs(a.sin_port));
   int p[2];
   assert_int_equal(pipe2(p, O_CLOEXEC), 0); /* nc must not hold p[1] */
-  pid = spawn(
+  pid = drv_spawn(
       (const char *const[]){IOF_RUN_PATH, NC, "-N", "127.0.0.1", ps, NULL},
       p[0], out, NULL);
   close(p[0]);
@@ -457,8 +370,8 @@ static void test_nc(void **state) {
   assert_int_equal(write(c, "reply\n", 6), 6);
   close(c);
   close(l);
-  assert_int_equal(wait_exit(pid, 10), 0);
-  slurp(out, buf, sizeof buf);
+  assert_int_equal(drv_wait_exit(pid, 10), 0);
+  drv_slurp(out, buf, sizeof buf);
   assert_string_equal(buf, "reply\n");
 }
 
@@ -518,7 +431,7 @@ static void test_python_send_fds(void **state) {
   assert_int_equal(h->cmsg_type, SCM_RIGHTS);
   int fd;
   memcpy(&fd, CMSG_DATA(h), sizeof fd);
-  assert_int_equal(wait_exit(pid, 10), 0);
+  assert_int_equal(drv_wait_exit(pid, 10), 0);
   close(sv[0]);
   int c = accept(l, NULL, NULL);
   assert_true(c >= 0);
@@ -534,7 +447,7 @@ static void test_python_send_fds(void **state) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   assert_int_equal(read(fd, buf, sizeof buf - 1), 5);
   assert_string_equal(buf, "late\n");
-  assert_int_equal(wait_exit(w, 5), 0);
+  assert_int_equal(drv_wait_exit(w, 5), 0);
   close(c);
   close(fd);
   close(l);
@@ -545,7 +458,7 @@ static void test_python_send_fds(void **state) {
 static void test_unbound(void **state) {
   (void)state;
   if (access(UNBOUND, X_OK) != 0) skip();
-  int port = free_port();
+  int port = drv_free_port();
   char conf[128], out[128], buf[1024];
   tmp_path(conf, sizeof conf, "unbound.conf");
   tmp_path(out, sizeof out, "unbound.err");
@@ -561,10 +474,10 @@ static void test_unbound(void **state) {
           "remote-control:\n  control-enable: no\n",
           port, tmpdir);
   fclose(f);
-  pid_t pid = spawn(
+  pid_t pid = drv_spawn(
       (const char *const[]){IOF_RUN_PATH, UNBOUND, "-d", "-c", conf, NULL}, -1,
       NULL, out);
-  assert_true(wait_listening(port, pid));
+  assert_true(drv_wait_listening(port, pid));
   /* A query for a.test, type A, over UDP. */
   static const unsigned char q[] = {0x12, 0x34, 1,   0, 0, 1,   0, 0,
                                     0,    0,    0,   0, 1, 'a', 4, 't',
@@ -587,7 +500,7 @@ static void test_unbound(void **state) {
   assert_memory_equal(r + n - 4, "\x0a\x01\x02\x03", 4);
   /* Its workers block SIGTERM for themselves; the main thread handles it. */
   kill(pid, SIGTERM);
-  assert_int_equal(wait_exit(pid, 10), 0);
+  assert_int_equal(drv_wait_exit(pid, 10), 0);
   unlink(conf);
 }
 
@@ -614,18 +527,19 @@ static void test_lmdb(void **state) {
         " a\n 1\n b\n 2\nDATA=END\n",
         f);
   assert_int_equal(fclose(f), 0);
-  pid_t pid =
-      spawn((const char *const[]){IOF_RUN_PATH, MDB_LOAD, "-f", in, env, NULL},
-            -1, out, err);
-  int st = wait_exit(pid, 15);
-  slurp(err, buf, sizeof buf);
+  pid_t pid = drv_spawn(
+      (const char *const[]){IOF_RUN_PATH, MDB_LOAD, "-f", in, env, NULL}, -1,
+      out, err);
+  int st = drv_wait_exit(pid, 15);
+  drv_slurp(err, buf, sizeof buf);
   if (st != 0) fail_msg("mdb_load exit %d: %s", st, buf);
-  pid = spawn((const char *const[]){IOF_RUN_PATH, MDB_DUMP, "-p", env, NULL},
-              -1, out, err);
-  st = wait_exit(pid, 15);
-  slurp(err, buf, sizeof buf);
+  pid =
+      drv_spawn((const char *const[]){IOF_RUN_PATH, MDB_DUMP, "-p", env, NULL},
+                -1, out, err);
+  st = drv_wait_exit(pid, 15);
+  drv_slurp(err, buf, sizeof buf);
   if (st != 0) fail_msg("mdb_dump exit %d: %s", st, buf);
-  slurp(out, buf, sizeof buf);
+  drv_slurp(out, buf, sizeof buf);
   assert_string_equal(buf, dump);
 }
 

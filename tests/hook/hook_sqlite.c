@@ -58,7 +58,6 @@ static char dir[64]; /* the temporary directory; "" when removed */
 static char db_path[96];
 static volatile pid_t child;
 
-static atomic_int next_index;
 static atomic_int ok_count;
 static atomic_int done_count; /* workers finished, ok or not */
 static pid_t tids[FIBERS];
@@ -217,31 +216,6 @@ static void run_one(int i) {
     worker(i);
 }
 
-static int fiber_main(void *arg) {
-  (void)arg;
-  run_one(atomic_fetch_add(&next_index, 1));
-  return 0;
-}
-
-static void *thread_main(void *arg) {
-  run_one((int)(intptr_t)arg);
-  return NULL;
-}
-
-static int run_fibers(bool under_run) {
-  if (!under_run) return hook_run_fibers(FIBERS, fiber_main, NULL);
-  pthread_t t[FIBERS];
-  for (int i = 0; i < FIBERS; i++) {
-    int r = pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i);
-    if (r) {
-      for (int j = 0; j < i; j++) pthread_join(t[j], NULL);
-      return -r;
-    }
-  }
-  for (int i = 0; i < FIBERS; i++) pthread_join(t[i], NULL);
-  return 0;
-}
-
 /* The counter and the rows the workers wrote. */
 static bool final_state_ok(void) {
   sqlite3 *db = open_db("check");
@@ -293,7 +267,7 @@ int main(void) {
   close(ready);
 
   t_start = now_ms();
-  int r = run_fibers(under_run);
+  int r = hook_run_clients(FIBERS, under_run, run_one);
   int64_t elapsed = now_ms() - t_start;
   if (r < 0) return fail("fibers", -r);
   int st = 0;

@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +20,37 @@ int hook_run_fibers(int n, iof_fn fn, void *arg) {
   int rr = iof_io_context_run(io);
   iof_io_context_destroy(io);
   return r < 0 ? r : rr < 0 ? rr : 0;
+}
+
+static void (*client_fn)(int);
+static atomic_int client_next;
+
+static int client_fiber(void *arg) {
+  (void)arg;
+  client_fn(atomic_fetch_add(&client_next, 1));
+  return 0;
+}
+
+static void *client_thread(void *arg) {
+  client_fn((int)(intptr_t)arg);
+  return NULL;
+}
+
+int hook_run_clients(int n, bool under_run, void (*client)(int index)) {
+  if (n < 0 || n > 1024 || !client) return -EINVAL;
+  client_fn = client;
+  atomic_store(&client_next, 0);
+  if (!under_run) return hook_run_fibers(n, client_fiber, NULL);
+  pthread_t t[1024];
+  for (int i = 0; i < n; i++) {
+    int r = pthread_create(&t[i], NULL, client_thread, (void *)(intptr_t)i);
+    if (r) {
+      for (int j = 0; j < i; j++) pthread_join(t[j], NULL);
+      return -r;
+    }
+  }
+  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+  return 0;
 }
 
 unsigned long hook_count(const char *call, int which) {

@@ -2,6 +2,8 @@
 #ifndef IOF_TEST_HOOK_SUPPORT_H
 #define IOF_TEST_HOOK_SUPPORT_H
 
+#include <stdbool.h>
+
 #include <iofiber/hook.h>
 #include <iofiber/io_context.h>
 #include <iofiber/launch.h>
@@ -9,6 +11,13 @@
 /* Runs fn(arg) in `n` fibers on a fresh io_context on this thread and
  * returns when all have finished (0), or -errno. */
 int hook_run_fibers(int n, iof_fn fn, void *arg);
+
+/* Runs client(0) ... client(n - 1) at once and returns when all have
+ * returned: as n fibers on a fresh io_context on this thread when the
+ * hook is linked into a plain main (under_run false), or as n pthreads,
+ * which the hook makes fibers, under iofiber-run (main already a fiber).
+ * 0, or -errno (nothing left running). n <= 1024. */
+int hook_run_clients(int n, bool under_run, void (*client)(int index));
 
 /* The hook's counter for call: which = 0 fiber layer, 1 blocked the thread,
  * 2 outside fibers. */

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,4 +79,58 @@ int http_delay_server_start(int delay_ms) {
   }
   pthread_detach(t);
   return ntohs(a.sin_port);
+}
+
+extern char **environ;
+
+int http_delay_server_spawn(int *keep) {
+  int in[2], out[2];
+  if (pipe(in)) return -errno;
+  if (pipe(out)) {
+    int e = errno;
+    close(in[0]);
+    close(in[1]);
+    return -e;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addclose(&fa, in[1]);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  char *argv[] = {"http_delay_server", "--server", NULL};
+  pid_t pid;
+  int r = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]);
+  close(out[1]);
+  if (r) {
+    close(in[1]);
+    close(out[0]);
+    return -r;
+  }
+  char buf[16] = {0};
+  size_t n = 0;
+  while (n < sizeof buf - 1) {
+    ssize_t k = read(out[0], buf + n, 1);
+    if (k <= 0 || buf[n] == '\n') break;
+    n++;
+  }
+  close(out[0]);
+  *keep = in[1];
+  return atoi(buf) > 0 ? atoi(buf) : -EIO;
+}
+
+int http_delay_server_child(int delay_ms) {
+  /* stdin is a pipe a fiber made under iofiber-run: the hook put it back
+   * in blocking mode before posix_spawn, or this read would fail at once
+   * with EAGAIN and the server would quit. */
+  int p = http_delay_server_start(delay_ms);
+  if (p < 0) return 1;
+  printf("%d\n", p);
+  fflush(stdout);
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  _exit(0);
 }

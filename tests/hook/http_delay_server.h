@@ -7,4 +7,14 @@
  * the port, or -errno. */
 int http_delay_server_start(int delay_ms);
 
+/* The same server in a child process, so that its threads are not the
+ * caller's: runs /proc/self/exe with `--server` (the caller's main hands
+ * that to http_delay_server_child). Returns the port and, in *keep, the
+ * pipe whose closing ends the child; or -errno. */
+int http_delay_server_spawn(int *keep);
+
+/* The child's main for `--server`: serves with delay_ms, prints the port
+ * on stdout, exits when stdin (the parent's pipe) closes. */
+int http_delay_server_child(int delay_ms);
+
 #endif

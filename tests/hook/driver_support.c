@@ -1,0 +1,99 @@
+#include "driver_support.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <unistd.h>
+
+int drv_free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof a;
+  int p = -1;
+  if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(s, (struct sockaddr *)&a, &l) == 0)
+    p = ntohs(a.sin_port);
+  close(s);
+  return p;
+}
+
+int drv_connect(int port) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(s);
+    return -1;
+  }
+  struct timeval tv = {5, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return s;
+}
+
+bool drv_wait_listening(int port, pid_t pid) {
+  for (int i = 0; i < 250; i++) {
+    int s = drv_connect(port);
+    if (s >= 0) {
+      close(s);
+      return true;
+    }
+    if (pid > 0 && waitpid(pid, NULL, WNOHANG) == pid) return false;
+    usleep(20000);
+  }
+  return false;
+}
+
+pid_t drv_spawn(const char *const *argv, int in_fd, const char *out,
+                const char *err) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int i = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
+    int o = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = open(err ? err : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(i, 0), dup2(o, 1), dup2(e, 2);
+    unsetenv("LD_PRELOAD");
+    unsetenv("IOF_RUN");
+    execv(argv[0], (char *const *)argv);
+    _exit(99);
+  }
+  return pid;
+}
+
+int drv_wait_exit(pid_t pid, int seconds) {
+  for (int i = 0; i < seconds * 50; i++) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+size_t drv_slurp(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return buf[0] = '\0', 0;
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return n;
+}
+
+int drv_os_threads(pid_t pid) {
+  char path[64], buf[4096];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  drv_slurp(path, buf, sizeof buf);
+  const char *t = strstr(buf, "Threads:");
+  return t ? atoi(t + 8) : -1;
+}
