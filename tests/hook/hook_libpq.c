@@ -136,16 +136,6 @@ static void print_log(void) {
   fclose(f);
 }
 
-/* Waits up to ms for pid; true if it exited (its status in *st). */
-static bool wait_for(pid_t pid, int ms, int *st) {
-  for (int64_t end = now_ms() + ms;;) {
-    pid_t r = waitpid(pid, st, WNOHANG);
-    if (r == pid || (r < 0 && errno != EINTR)) return true;
-    if (now_ms() >= end) return false;
-    usleep(20000);
-  }
-}
-
 static void bin_path(char *buf, size_t len, const char *name) {
   snprintf(buf, len, "%s/%s", bin_dir, name);
 }
@@ -156,7 +146,7 @@ static int run_to_end(const char *exe, char *const argv[]) {
   if (pid < 0) return (int)pid;
   child = pid;
   int st = 0;
-  if (!wait_for(pid, 30000, &st)) {
+  if (!hook_wait_for(pid, 30000, &st)) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     st = -1;
@@ -278,24 +268,16 @@ static void stop_server(void) {
   pid_t pid = child;
   if (!pid) return;
   kill(pid, SIGINT);
-  if (!wait_for(pid, 10000, NULL)) {
+  if (!hook_wait_for(pid, 10000, NULL)) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
   }
   child = 0;
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag,
-                        struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  remove(path);
-  return 0;
-}
-
 static void cleanup(void) {
   stop_server();
-  if (dir[0]) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-  dir[0] = '\0';
+  hook_remove_tree(dir);
 }
 
 /* A hang anywhere: only async-signal-safe calls, then the shell removes the

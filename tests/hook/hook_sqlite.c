@@ -72,13 +72,6 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag,
-                        struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  remove(path);
-  return 0;
-}
-
 static void cleanup(void) {
   pid_t pid = child;
   if (pid) {
@@ -86,8 +79,7 @@ static void cleanup(void) {
     waitpid(pid, NULL, 0);
     child = 0;
   }
-  if (dir[0]) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-  dir[0] = '\0';
+  hook_remove_tree(dir);
 }
 
 static void on_watchdog(int sig) {

@@ -2,6 +2,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -71,4 +75,31 @@ int hook_free_port(void) {
     p = ntohs(a.sin_port);
   close(s);
   return p;
+}
+
+bool hook_wait_for(pid_t pid, int ms, int *st) {
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    pid_t r = waitpid(pid, st, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) return true;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - t0.tv_sec) * 1000 +
+            (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+        ms)
+      return false;
+    usleep(20000);
+  }
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag,
+                        struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  remove(path);
+  return 0;
+}
+
+void hook_remove_tree(char *dir) {
+  if (dir[0]) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  dir[0] = '\0';
 }

@@ -3,6 +3,7 @@
 #define IOF_TEST_HOOK_SUPPORT_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include <iofiber/hook.h>
 #include <iofiber/io_context.h>
@@ -18,6 +19,14 @@ int hook_run_fibers(int n, iof_fn fn, void *arg);
  * which the hook makes fibers, under iofiber-run (main already a fiber).
  * 0, or -errno (nothing left running). n <= 1024. */
 int hook_run_clients(int n, bool under_run, void (*client)(int index));
+
+/* Waits up to ms for pid to end: true if it did (its status in *st, when
+ * st is not NULL), false if it still runs. */
+bool hook_wait_for(pid_t pid, int ms, int *st);
+
+/* Removes the directory tree at dir (a test's temporary directory) and
+ * sets dir to "" so that a second call does nothing. */
+void hook_remove_tree(char *dir);
 
 /* The hook's counter for call: which = 0 fiber layer, 1 blocked the thread,
  * 2 outside fibers. */
