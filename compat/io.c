@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -165,6 +166,17 @@ int iof_compat_connect(int fd, const struct sockaddr *addr, socklen_t len) {
     socklen_t el = sizeof err;
     if (iof__libc.getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
       return -1;
+    /* The kernel leaves a TCP socket whose connect was waited out in the
+     * "connecting" state until connect is called on it again: a second
+     * connect would then answer 0 after a success (not EISCONN) and
+     * ECONNABORTED after a failure (not a fresh try), unlike the blocking
+     * call the caller made. That call settles it, as the blocking call's
+     * own wait does; its answer is the one SO_ERROR already gave. */
+    int proto = 0;
+    el = sizeof proto;
+    if (iof__libc.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &el) == 0 &&
+        proto == IPPROTO_TCP)
+      (void)iof__libc.connect(fd, addr, len);
     if (err) {
       errno = err;
       return -1;

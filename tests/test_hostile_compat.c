@@ -1547,6 +1547,39 @@ static void compat_main_bad_arguments(void **state) {
   assert_int_equal(iof_main_ex(main_ok, NULL, &o), 3);
 }
 
+/* A second connect on a blocking TCP socket answers as after the kernel's
+ * own blocking connect: EISCONN once connected, and a fresh try (refused
+ * again) after a refusal, not 0 and ECONNABORTED (what a socket left
+ * "connecting" by a waited-out non-blocking connect answers). */
+static int connect_again_calls(void *arg) {
+  (void)arg;
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  int l = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &al), 0);
+  CHECK_EQ(iof_compat_listen(l, 4), 0);
+  int c = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_EQ(iof_compat_connect(c, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_ERR(iof_compat_connect(c, (struct sockaddr *)&a, sizeof a), EISCONN);
+  CHECK_EQ(iof_compat_close(c), 0);
+  CHECK_EQ(iof_compat_close(l), 0); /* its port now refuses */
+  c = iof_compat_socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_ERR(iof_compat_connect(c, (struct sockaddr *)&a, sizeof a),
+            ECONNREFUSED);
+  CHECK_ERR(iof_compat_connect(c, (struct sockaddr *)&a, sizeof a),
+            ECONNREFUSED);
+  CHECK_EQ(iof_compat_close(c), 0);
+  return 0;
+}
+
+static void compat_connect_again(void **state) {
+  (void)state;
+  both_ways(connect_again_calls);
+}
+
 int main(void) {
   trace = getenv("HOSTILE_TRACE") != NULL;
   const struct CMUnitTest tests[] = {
@@ -1581,6 +1614,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_stale_thread_ids, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_ending_thread_names, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(compat_connect_again, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
