@@ -867,7 +867,10 @@ static int rw_lock(pthread_rwlock_t *prw, bool write, bool try, clockid_t clock,
   iof__lk_lock(&rw->lk);
   int r = rw_take(rw, write, self);
   iof__lk_unlock(&rw->lk);
-  if (r != EBUSY || try) return r;
+  /* POSIX gives the try calls no EDEADLK: a lock the caller holds for
+   * writing is just busy to them, as glibc says. */
+  if (try) return r == EDEADLK ? EBUSY : r;
+  if (r != EBUSY) return r;
   int64_t deadline = -1;
   if (timed) {
     int e = iof__abs_to_mono(clock, abs, &deadline);

@@ -1547,6 +1547,28 @@ static void compat_main_bad_arguments(void **state) {
   assert_int_equal(iof_main_ex(main_ok, NULL, &o), 3);
 }
 
+/* The try calls on a read-write lock the caller holds for writing: EBUSY,
+ * as POSIX lists and glibc answers (EDEADLK is the blocking calls'). */
+static int rwlock_try_calls(void *arg) {
+  (void)arg;
+  pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+  CHECK_EQ(iof_compat_pthread_rwlock_wrlock(&rw), 0);
+  CHECK_EQ(iof_compat_pthread_rwlock_tryrdlock(&rw), EBUSY);
+  CHECK_EQ(iof_compat_pthread_rwlock_trywrlock(&rw), EBUSY);
+  CHECK_EQ(iof_compat_pthread_rwlock_rdlock(&rw), EDEADLK);
+  CHECK_EQ(iof_compat_pthread_rwlock_unlock(&rw), 0);
+  CHECK_EQ(iof_compat_pthread_rwlock_rdlock(&rw), 0);
+  CHECK_EQ(iof_compat_pthread_rwlock_trywrlock(&rw), EBUSY);
+  CHECK_EQ(iof_compat_pthread_rwlock_unlock(&rw), 0);
+  CHECK_EQ(iof_compat_pthread_rwlock_destroy(&rw), 0);
+  return 0;
+}
+
+static void compat_rwlock_try_busy(void **state) {
+  (void)state;
+  both_ways(rwlock_try_calls);
+}
+
 /* A second connect on a blocking TCP socket answers as after the kernel's
  * own blocking connect: EISCONN once connected, and a fresh try (refused
  * again) after a refusal, not 0 and ECONNABORTED (what a socket left
@@ -1614,6 +1636,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_stale_thread_ids, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_ending_thread_names, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(compat_rwlock_try_busy, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_connect_again, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
