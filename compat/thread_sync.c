@@ -1129,6 +1129,44 @@ static void once_abandoned(void *st) {
   once_settle(s, once_bucket(s), ONCE_INIT);
 }
 
+/* Runs init on a thread outside fibers, where pthread_exit and
+ * cancellation unwind through libc's cleanup buffers rather than compat's
+ * chain: under one of those (what glibc's pthread_cleanup_push expands
+ * to), so a routine left that way puts the control back to "not run", as
+ * glibc's pthread_once does, instead of leaving it RUNNING for every
+ * later caller to wait on forever. Never in a fiber: the buffers form one
+ * list per OS thread, which fibers suspended inside routines would
+ * tangle. */
+#ifdef __GLIBC__
+/* __sigsetjmp on the cancel buffer, declared as pthread.h declares it for
+ * pthread_cleanup_push: the buffer is shorter than a jmp_buf (no mask). */
+extern int iof__sigsetjmp_cancel(struct __cancel_jmp_buf_tag env[1],
+                                 int savemask) __asm__("__sigsetjmp")
+    __attribute__((returns_twice));
+#endif
+
+static bool once_run_outside_fibers(atomic_int *st, void (*init)(void)) {
+#ifdef __GLIBC__
+  iof_thread_state *th = iof__thread_peek();
+  if (th && th->current != &th->root) return false;
+  __pthread_unwind_buf_t buf;
+  atomic_int *volatile vst = st; /* read after the longjmp */
+  if (__builtin_expect(iof__sigsetjmp_cancel(buf.__cancel_jmp_buf, 0), 0)) {
+    once_abandoned(vst);
+    iof__libc.__pthread_unwind_next(&buf);
+    __builtin_unreachable();
+  }
+  iof__libc.__pthread_register_cancel(&buf);
+  init();
+  iof__libc.__pthread_unregister_cancel(&buf);
+  return true;
+#else
+  (void)st;
+  (void)init;
+  return false;
+#endif
+}
+
 int iof_compat_pthread_once(pthread_once_t *once, void (*init)(void)) {
   if (!once || !init) return EINVAL;
   atomic_int *st = (atomic_int *)(void *)once;
@@ -1140,9 +1178,12 @@ int iof_compat_pthread_once(pthread_once_t *once, void (*init)(void)) {
         atomic_compare_exchange_strong_explicit(
             st, &s, ONCE_RUNNING, memory_order_acquire, memory_order_acquire)) {
       iof__unwind u;
-      bool guarded = iof__cthread_guard_push(&u, once_abandoned, st);
-      init();
-      if (guarded) iof__cthread_guard_pop(&u);
+      if (iof__cthread_guard_push(&u, once_abandoned, st)) {
+        init();
+        iof__cthread_guard_pop(&u);
+      } else if (!once_run_outside_fibers(st, init)) {
+        init();
+      }
       once_settle(st, b, ONCE_DONE);
       return 0;
     }

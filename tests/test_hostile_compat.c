@@ -1602,6 +1602,37 @@ static void compat_connect_again(void **state) {
   both_ways(connect_again_calls);
 }
 
+/* An init routine that leaves with pthread_exit on a plain thread: the
+ * control goes back to "not run" (glibc's pthread_once does so through
+ * its cleanup buffer), and the next call runs the routine, rather than
+ * waiting forever for the one that left. */
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static atomic_int exit_once_runs;
+
+static void once_then_exit(void) {
+  if (atomic_fetch_add(&exit_once_runs, 1) == 0) iof_compat_pthread_exit(NULL);
+}
+
+static void *call_exit_once(void *arg) {
+  (void)arg;
+  CHECK_EQ(iof_compat_pthread_once(&exit_once, once_then_exit), 0);
+  return arg;
+}
+
+static void compat_once_left_by_exit(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; i++) {
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, call_exit_once, NULL), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    assert_int_equal(pthread_timedjoin_np(t, NULL, &until), 0);
+  }
+  assert_int_equal(atomic_load(&exit_once_runs), 2);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 int main(void) {
   trace = getenv("HOSTILE_TRACE") != NULL;
   const struct CMUnitTest tests[] = {
@@ -1638,6 +1669,7 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_rwlock_try_busy, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_connect_again, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_once_left_by_exit, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
