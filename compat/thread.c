@@ -933,6 +933,13 @@ int iof_compat_pthread_kill(pthread_t thread, int sig) {
   if (sig < 0 || sig >= NSIG || (sig >= 32 && sig < SIGRTMIN)) return EINVAL;
   if (record_retired(t)) return ESRCH;
   if (sig == 0) return 0; /* "does it exist": it is not yet joined */
+  /* Ended, not joined yet: glibc answers 0 and sends nothing. The
+   * disposition below would apply to a thread that is gone (a default
+   * one ended the whole process). */
+  iof__lk_lock(&t->lk);
+  bool ended = t->done || (t->started && !t->fiber);
+  iof__lk_unlock(&t->lk);
+  if (ended) return 0;
   bool blocked = atomic_load(&t->sigmask) & sig_bit(sig);
   if (!blocked) {
     /* The disposition applies now; a blocked signal stays pending for the

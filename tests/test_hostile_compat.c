@@ -1633,6 +1633,46 @@ static void compat_once_left_by_exit(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* pthread_kill of a fiber thread that ended and is not joined yet: 0 and
+ * nothing sent, as glibc does, never the signal's disposition applied to
+ * the process (a default SIGUSR1 ended it). In a child: the old answer
+ * kills it. */
+static void *return_at_once(void *arg) {
+  return arg;
+}
+
+static int kill_ended_thread(void *arg) {
+  (void)arg;
+  pthread_t t;
+  CHECK_EQ(iof_compat_pthread_create(&t, NULL, return_at_once, NULL), 0);
+  struct timespec d = {0, 20 * MS};
+  CHECK_EQ(iof_compat_nanosleep(&d, NULL), 0); /* t ends meanwhile */
+  CHECK_EQ(iof_compat_pthread_kill(t, 0), 0);
+  CHECK_EQ(iof_compat_pthread_kill(t, SIGUSR1), 0);
+  CHECK_EQ(iof_compat_pthread_kill(t, SIGTERM), 0);
+  CHECK_EQ(iof_compat_pthread_join(t, NULL), 0);
+  return 0;
+}
+
+static void compat_kill_ended_thread(void **state) {
+  (void)state;
+  pid_t kid = fork();
+  assert_true(kid >= 0);
+  if (kid == 0) {
+    signal(SIGUSR1, SIG_DFL);
+    iof_io_context *io = iof_io_context_create();
+    if (!io) _exit(2);
+    launch(io, kill_ended_thread, NULL);
+    run_all(io);
+    iof_io_context_destroy(io);
+    _exit(atomic_load(&failures) ? 1 : 0);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(kid, &st, 0), kid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void) {
   trace = getenv("HOSTILE_TRACE") != NULL;
   const struct CMUnitTest tests[] = {
@@ -1670,6 +1710,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_rwlock_try_busy, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_connect_again, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_once_left_by_exit, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_kill_ended_thread, reset, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
