@@ -754,6 +754,11 @@ typedef struct crwlock {
   atomic_int lk;
   unsigned libc_shared; /* glibc's __shared: 0 in ours, never written */
   unsigned readers;
+  unsigned pad[3];
+  /* glibc's __flags, where its static initializers put the kind:
+   * PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP keeps new readers out
+   * while a writer waits (the others let them in, as glibc's do). */
+  int kind;
 } crwlock;
 
 _Static_assert(sizeof(crwlock) <= sizeof(pthread_rwlock_t), "rwlock overlay");
@@ -762,6 +767,9 @@ _Static_assert(_Alignof(crwlock) <= _Alignof(pthread_rwlock_t), "rw align");
 _Static_assert(offsetof(crwlock, libc_shared) ==
                    offsetof(pthread_rwlock_t, __data.__shared),
                "glibc's shared field");
+_Static_assert(offsetof(crwlock, kind) ==
+                   offsetof(pthread_rwlock_t, __data.__flags),
+               "glibc's flags field");
 #endif
 
 #define CRW(p) ((crwlock *)(void *)(p))
@@ -804,7 +812,30 @@ int iof_compat_pthread_rwlock_init(pthread_rwlock_t *rw,
       return LIBC_OBJECTS ? iof__libc.pthread_rwlock_init(rw, attr) : EINVAL;
   }
   memset(rw, 0, sizeof *rw);
+#ifdef __GLIBC__
+  int kind = PTHREAD_RWLOCK_DEFAULT_NP;
+  if (attr) (void)pthread_rwlockattr_getkind_np(attr, &kind);
+  CRW(rw)->kind = kind;
+#endif
   return 0;
+}
+
+/* Under rw->lk: a writer is queued and still waiting. */
+static bool rw_writer_waits(const crwlock *rw) {
+  for (const iof__wnode *n = rw->q.head; n; n = n->next)
+    if (n->index && atomic_load_explicit(&n->w->state, memory_order_acquire) ==
+                        IOF__W_WAITING)
+      return true;
+  return false;
+}
+
+static bool rw_prefers_writers(const crwlock *rw) {
+#ifdef __GLIBC__
+  return rw->kind == PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP;
+#else
+  (void)rw;
+  return false;
+#endif
 }
 
 int iof_compat_pthread_rwlock_destroy(pthread_rwlock_t *prw) {
@@ -832,6 +863,7 @@ static int rw_take(crwlock *rw, bool write, void *self) {
     return 0;
   }
   if (rw->writer) return EBUSY;
+  if (rw_prefers_writers(rw) && rw_writer_waits(rw)) return EBUSY;
   if (rw->readers == UINT_MAX) return EAGAIN;
   rw->readers++;
   return 0;
@@ -933,7 +965,9 @@ static iof__wnode *rw_grant(crwlock *rw) {
     if (atomic_load_explicit(&n->w->state, memory_order_acquire) !=
         IOF__W_WAITING)
       continue;
-    if (!n->index) break; /* a reader first: every queued reader */
+    /* A reader first: every queued reader, unless writers come first. */
+    if (!n->index && !rw_prefers_writers(rw)) break;
+    if (!n->index) continue;
     if (!iof__wait_claim(n->w, 0, n->index)) continue;
     iof__wq_unlink(&rw->q, n);
     rw->writer = n->owner;

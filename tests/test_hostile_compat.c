@@ -1673,6 +1673,99 @@ static void compat_kill_ended_thread(void **state) {
   assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* A read-write lock made with PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP
+ * (attribute or static initializer) keeps new readers out while a writer
+ * waits, as glibc's does, and hands the lock to that writer before the
+ * readers queued behind it; a default one lets readers in. */
+static pthread_rwlock_t pw_rw;
+static atomic_int pw_order;
+static atomic_int pw_writer_at, pw_reader_at;
+
+static void *pw_writer(void *arg) {
+  (void)arg;
+  CHECK_EQ(iof_compat_pthread_rwlock_wrlock(&pw_rw), 0);
+  atomic_store(&pw_writer_at, atomic_fetch_add(&pw_order, 1) + 1);
+  CHECK_EQ(iof_compat_pthread_rwlock_unlock(&pw_rw), 0);
+  return NULL;
+}
+
+static void *pw_reader(void *arg) {
+  (void)arg;
+  CHECK_EQ(iof_compat_pthread_rwlock_rdlock(&pw_rw), 0);
+  atomic_store(&pw_reader_at, atomic_fetch_add(&pw_order, 1) + 1);
+  CHECK_EQ(iof_compat_pthread_rwlock_unlock(&pw_rw), 0);
+  return NULL;
+}
+
+static void *pw_try_read(void *arg) {
+  int r = iof_compat_pthread_rwlock_tryrdlock(&pw_rw);
+  if (r == 0) iof_compat_pthread_rwlock_unlock(&pw_rw);
+  *(int *)arg = r;
+  return NULL;
+}
+
+static void pw_nap(void) {
+  struct timespec d = {0, 30 * MS};
+  iof_compat_nanosleep(&d, NULL);
+}
+
+/* kind 0: attribute, 1: static initializer, 2: default lock. */
+static int prefer_writer_round(int kind) {
+  pthread_rwlockattr_t at;
+  pthread_rwlockattr_init(&at);
+  pthread_rwlockattr_setkind_np(&at,
+                                PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  if (kind == 0) {
+    CHECK_EQ(iof_compat_pthread_rwlock_init(&pw_rw, &at), 0);
+  } else if (kind == 1) {
+    pthread_rwlock_t init = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+    pw_rw = init;
+  } else {
+    CHECK_EQ(iof_compat_pthread_rwlock_init(&pw_rw, NULL), 0);
+  }
+  pthread_rwlockattr_destroy(&at);
+  atomic_store(&pw_order, 0);
+  atomic_store(&pw_writer_at, 0);
+  atomic_store(&pw_reader_at, 0);
+  CHECK_EQ(iof_compat_pthread_rwlock_rdlock(&pw_rw), 0);
+  pthread_t w, r, tr;
+  CHECK_EQ(iof_compat_pthread_create(&w, NULL, pw_writer, NULL), 0);
+  /* Until the writer waits (a preferring lock then says EBUSY), within
+   * about 2 s: a plain thread may take a while to start. */
+  int tried = -1;
+  for (int i = 0; i < 60; i++) {
+    pw_nap();
+    CHECK_EQ(iof_compat_pthread_create(&tr, NULL, pw_try_read, &tried), 0);
+    CHECK_EQ(iof_compat_pthread_join(tr, NULL), 0);
+    if (tried != 0 || (kind == 2 && i == 2)) break;
+  }
+  CHECK_EQ(tried, kind == 2 ? 0 : EBUSY);
+  CHECK_EQ(iof_compat_pthread_create(&r, NULL, pw_reader, NULL), 0);
+  /* A default lock lets the reader in at once: until it did. A preferring
+   * one keeps it waiting, whenever it comes. */
+  for (int i = 0; i < 60 && kind == 2 && !atomic_load(&pw_reader_at); i++)
+    pw_nap();
+  pw_nap();
+  CHECK_EQ(iof_compat_pthread_rwlock_unlock(&pw_rw), 0);
+  CHECK_EQ(iof_compat_pthread_join(w, NULL), 0);
+  CHECK_EQ(iof_compat_pthread_join(r, NULL), 0);
+  CHECK_EQ(atomic_load(&pw_writer_at), kind == 2 ? 2 : 1);
+  CHECK_EQ(atomic_load(&pw_reader_at), kind == 2 ? 1 : 2);
+  CHECK_EQ(iof_compat_pthread_rwlock_destroy(&pw_rw), 0);
+  return 0;
+}
+
+static int prefer_writer_calls(void *arg) {
+  (void)arg;
+  for (int kind = 0; kind < 3; kind++) prefer_writer_round(kind);
+  return 0;
+}
+
+static void compat_rwlock_prefer_writer(void **state) {
+  (void)state;
+  both_ways(prefer_writer_calls);
+}
+
 int main(void) {
   trace = getenv("HOSTILE_TRACE") != NULL;
   const struct CMUnitTest tests[] = {
@@ -1711,6 +1804,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_connect_again, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_once_left_by_exit, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_kill_ended_thread, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_rwlock_prefer_writer, reset,
+                                      disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
