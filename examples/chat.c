@@ -83,6 +83,14 @@ static int leave(void *arg) {
   return 0;
 }
 
+/* Reads and drops what the client still sends (see session). */
+static int drain(void *arg) {
+  char buf[4096];
+  while (iof_read_some(arg, buf, sizeof buf) > 0) {
+  }
+  return 0;
+}
+
 static int session(void *arg) {
   client *c = arg;
   char line_buf[64];
@@ -125,6 +133,12 @@ static int session(void *arg) {
     /* Stopped or not, the client must leave the list: shielded, and
      * bounded so that a stuck peer cannot hold the shutdown. */
     iof_shield_for(2000 * MS, leave, c);
+    /* The rest of a too long line is still unread: closing now would make
+     * the kernel answer it with a reset, which destroys "* line too long"
+     * (and everything before it) in the client's receive queue. Stop
+     * writing, then drop its input for at most a second. */
+    if (r == -EMSGSIZE && iof_socket_shutdown(c->sock, SHUT_WR) == 0)
+      iof_with_deadline(1000 * MS, drain, c->sock);
   }
   iof_reader_destroy(&rd);
   iof_socket_free(c->sock);
@@ -137,12 +151,17 @@ static int acceptor(void *arg) {
   iof_socket *listener = arg;
   iof_launch_opts opts = {0};
   opts.stop_token = iof_stop_source_token(&stop);
+  int reported = 0; /* the last error reported */
   for (;;) {
     iof_socket *s;
     int r = iof_accept(listener, &s, NULL, NULL);
     if (r == -ECANCELED || r == -EBADF) break;
-    if (r < 0) {
-      fprintf(stderr, "chat: accept: %s\n", iof_strerror(r));
+    if (r < 0) { /* out of descriptors and the like: back off a little */
+      /* Once per kind of error: out of descriptors, this loop comes back
+       * every 20 ms for as long as it lasts. */
+      if (r != reported)
+        fprintf(stderr, "chat: accept: %s (backing off)\n", iof_strerror(r));
+      reported = r;
       if (iof_sleep_for(20 * MS) < 0) break;
       continue;
     }

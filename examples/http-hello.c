@@ -46,6 +46,7 @@ typedef struct request {
   bool head;            /* HEAD: no body in the response */
   bool keep_alive;      /* the connection stays open after the response */
   bool chunked;         /* Transfer-Encoding other than identity */
+  bool expect_continue; /* "Expect: 100-continue" (HTTP/1.1 only) */
   uint64_t content_len; /* request body bytes to skip */
 } request;
 
@@ -118,8 +119,12 @@ static int parse_request(const char *p, size_t n, request *req) {
     } else if (name_len == 17 &&
                strncasecmp(name, "transfer-encoding", 17) == 0) {
       req->chunked = !(vlen == 8 && strncasecmp(v, "identity", 8) == 0);
+    } else if (name_len == 6 && strncasecmp(name, "expect", 6) == 0) {
+      req->expect_continue = has_token(v, vlen, "100-continue");
     }
   }
+  /* RFC 9110: an HTTP/1.0 client cannot take an interim response. */
+  req->expect_continue &= !req->http10;
   req->keep_alive = req->http10 ? conn_keep && !conn_close : !conn_close;
   return req->chunked ? 501 : 0;
 }
@@ -237,6 +242,13 @@ static int connection(void *arg) {
       break;
     }
     consume(c, (size_t)n);
+    /* A client that sent "Expect: 100-continue" holds its body back until
+     * we say so (curl waits a second, then sends anyway): say so, ahead of
+     * the response, unless the body is already here. */
+    if (req.expect_continue && req.content_len > c->filled) {
+      append(c, "HTTP/1.1 100 Continue\r\n\r\n");
+      if (flush(c) < 0) break;
+    }
     respond(c, &req);
     if (req.content_len && skip_body(c, req.content_len) < 0) break;
     /* Pipelining: while another whole request is already buffered and

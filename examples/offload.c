@@ -90,12 +90,17 @@ static int acceptor(void *arg) {
   iof_socket *listener = arg;
   iof_launch_opts opts = {0};
   opts.stop_token = iof_stop_source_token(&stop);
+  int reported = 0; /* the last error reported */
   for (;;) {
     iof_socket *c;
     int r = iof_accept(listener, &c, NULL, NULL);
     if (r == -ECANCELED || r == -EBADF) break;
-    if (r < 0) {
-      fprintf(stderr, "offload: accept: %s\n", iof_strerror(r));
+    if (r < 0) { /* out of descriptors and the like: back off a little */
+      /* Once per kind of error: out of descriptors, this loop comes back
+       * every 20 ms for as long as it lasts. */
+      if (r != reported)
+        fprintf(stderr, "offload: accept: %s (backing off)\n", iof_strerror(r));
+      reported = r;
       if (iof_sleep_for(20 * MS) < 0) break;
       continue;
     }

@@ -28,6 +28,7 @@ static iof_stop_source stop;
 static const char *target_host, *target_port;
 static long idle_ms = 60000, connect_ms = 5000;
 static bool verbose;
+static int connect_reported; /* the last connect error reported */
 
 static int connection(void *arg) {
   iof_socket *client = arg;
@@ -35,12 +36,17 @@ static int connection(void *arg) {
   int r = iof_tcp_connect_deadline(io, target_host, target_port,
                                    iof_now_ns() + connect_ms * MS, &server);
   if (r < 0) {
-    if (r != -ECANCELED)
+    /* Once in a row: out of descriptors, every client accepted with the
+     * last one fails here (and is closed, which frees the descriptor: a
+     * client waiting for one would hold it while the others wait too). */
+    if (r != -ECANCELED && r != connect_reported)
       fprintf(stderr, "proxy: connect to %s:%s: %s\n", target_host, target_port,
               iof_strerror(r));
+    connect_reported = r;
     iof_socket_free(client);
     return r;
   }
+  connect_reported = 0;
   iof_socket_set_nodelay(server, true);
   iof_socket_stream cs, ss;
   iof_copy_opts opts = {0};
@@ -62,12 +68,17 @@ static int acceptor(void *arg) {
   iof_socket *listener = arg;
   iof_launch_opts opts = {0};
   opts.stop_token = iof_stop_source_token(&stop);
+  int reported = 0; /* the last error reported */
   for (;;) {
     iof_socket *client;
     int r = iof_accept(listener, &client, NULL, NULL);
     if (r == -ECANCELED || r == -EBADF) break;
     if (r < 0) { /* out of descriptors and the like: back off a little */
-      fprintf(stderr, "proxy: accept: %s\n", iof_strerror(r));
+      /* Once per kind of error: out of descriptors, this loop comes back
+       * every 20 ms for as long as it lasts. */
+      if (r != reported)
+        fprintf(stderr, "proxy: accept: %s (backing off)\n", iof_strerror(r));
+      reported = r;
       if (iof_sleep_for(20 * MS) < 0) break;
       continue;
     }
