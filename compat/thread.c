@@ -147,8 +147,9 @@ static int thread_main(void *p) {
     t->ret = NULL;
   }
   t->run = &run;
+  bool own_stack = t->own_stack; /* a bit-field: read under the lock */
   iof__lk_unlock(&t->lk);
-  if (t->own_stack) {
+  if (own_stack) {
     /* Its frame is the program's memory, given once: the fibers it starts
      * with the current allocator (iof_when_all's children) take theirs
      * from its context's, not that memory again over its own frames. */
