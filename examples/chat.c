@@ -188,19 +188,20 @@ static int watch_signal(void *arg) {
 }
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: chat PORT [--host ADDR] [--max-line BYTES] [--idle MS]\n"
-               "\n"
-               "Line-based broadcast chat server. Commands: /nick NAME, "
-               "/quit.\n"
-               "\n"
-               "  --host ADDR       address to listen on (default 127.0.0.1)\n"
-               "  --max-line BYTES  longest line accepted (default 1024)\n"
-               "  --idle MS         drop a client silent for MS ms\n"
-               "                    (default 600000)\n"
-               "  --help            show this help\n"
-               "\n"
-               "PORT 0 picks a free port (printed on stderr). SIGINT or "
-               "SIGTERM\nshuts down cleanly (exit status 0).\n");
+  fprintf(out,
+          "usage: iof-chat PORT [--host ADDR] [--max-line BYTES] [--idle MS]\n"
+          "\n"
+          "Line-based broadcast chat server. Commands: /nick NAME, "
+          "/quit.\n"
+          "\n"
+          "  --host ADDR       address to listen on (default 127.0.0.1)\n"
+          "  --max-line BYTES  longest line accepted (default 1024)\n"
+          "  --idle MS         drop a client silent for MS ms\n"
+          "                    (default 600000)\n"
+          "  --help            show this help\n"
+          "\n"
+          "PORT 0 picks a free port (printed on stderr). SIGINT or "
+          "SIGTERM\nshuts down cleanly (exit status 0).\n");
 }
 
 static bool parse_long(const char *s, long lo, long hi, long *out) {

@@ -118,7 +118,7 @@ static int watch_signal(void *arg) {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: offload PORT [--host ADDR] [--threads N] [--rounds R] "
+          "usage: iof-offload PORT [--host ADDR] [--threads N] [--rounds R] "
           "[--verbose]\n"
           "\n"
           "Answers each line with its hash (16 hex digits), computed on a\n"

@@ -98,8 +98,8 @@ static int watch_signal(void *arg) {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: proxy LISTEN_PORT TARGET_HOST TARGET_PORT [--host ADDR]\n"
-          "             [--idle MS] [--connect-timeout MS] [--verbose]\n"
+          "usage: iof-proxy LISTEN_PORT TARGET_HOST TARGET_PORT [--host ADDR]\n"
+          "                 [--idle MS] [--connect-timeout MS] [--verbose]\n"
           "\n"
           "TCP proxy: relays every client to TARGET_HOST:TARGET_PORT.\n"
           "\n"
