@@ -271,20 +271,30 @@ static int nap_until_taken(int (*try)(void *), void *obj, clockid_t clock,
  * pthread_cond_destroy waits for its woken waiters too). They are
  * runnable: a fiber caller yields to them, a plain thread naps. After
  * LEAVE_NS (a caller that keeps them from running: code outside fibers on
- * their io thread) destroy says EBUSY rather than hang. i counts the
- * caller's tries from 0; *until is its deadline (0: not set yet). False:
- * give up. */
+ * their io thread) destroy says EBUSY rather than hang. */
 enum { LEAVE_NS = 100000000, LEAVE_NAP_NS = 50000 };
 
-static bool let_leavers_go(int i, int64_t *until) {
-  int64_t now = iof__now_ns();
-  if (!*until) *until = now + LEAVE_NS;
-  if (now >= *until) return false;
-  if (iof__cthr_fiber() && i < 16)
-    iof_yield();
-  else
-    iof__nap_until(now + LEAVE_NAP_NS);
-  return true;
+/* destroy's answer for an object whose waiters queue on q under lk: EBUSY
+ * while held(obj) (asked under lk; NULL: never held) or a waiter still
+ * waits, 0 once the queue is empty. */
+static int destroy_when_idle(atomic_int *lk, const iof__waitq *q,
+                             bool (*held)(const void *), const void *obj) {
+  int64_t until = 0;
+  for (int i = 0;; i++) {
+    iof__lk_lock(lk);
+    bool busy = (held && held(obj)) || iof__wq_has_waiter(q);
+    bool leaving = q->head != NULL;
+    iof__lk_unlock(lk);
+    if (busy) return EBUSY;
+    if (!leaving) return 0;
+    int64_t now = iof__now_ns();
+    if (!until) until = now + LEAVE_NS;
+    if (now >= until) return EBUSY;
+    if (iof__cthr_fiber() && i < 16)
+      iof_yield();
+    else
+      iof__nap_until(now + LEAVE_NAP_NS);
+  }
 }
 
 /* ---- mutex ------------------------------------------------------------ */
@@ -365,20 +375,15 @@ int iof_compat_pthread_mutex_init(pthread_mutex_t *pm,
   return 0;
 }
 
+static bool mutex_held(const void *p) {
+  return atomic_load(&((const cmutex *)p)->state) != 0;
+}
+
 int iof_compat_pthread_mutex_destroy(pthread_mutex_t *pm) {
   if (!pm) return EINVAL;
   if (libc_mutex(pm)) return iof__libc.pthread_mutex_destroy(pm);
   cmutex *m = CM(pm);
-  int64_t until = 0;
-  for (int i = 0;; i++) {
-    iof__lk_lock(&m->lk);
-    bool busy = atomic_load(&m->state) != 0 || iof__wq_has_waiter(&m->q);
-    bool leaving = m->q.head != NULL;
-    iof__lk_unlock(&m->lk);
-    if (busy) return EBUSY;
-    if (!leaving) return 0;
-    if (!let_leavers_go(i, &until)) return EBUSY;
-  }
+  return destroy_when_idle(&m->lk, &m->q, mutex_held, m);
 }
 
 static inline bool mutex_try(cmutex *m, void *self) {
@@ -630,15 +635,7 @@ int iof_compat_pthread_cond_destroy(pthread_cond_t *pc) {
   if (!pc) return EINVAL;
   if (libc_cond(pc)) return iof__libc.pthread_cond_destroy(pc);
   ccond *c = CC(pc);
-  int64_t until = 0;
-  for (int i = 0;; i++) {
-    iof__lk_lock(&c->lk);
-    bool busy = iof__wq_has_waiter(&c->q), leaving = c->q.head != NULL;
-    iof__lk_unlock(&c->lk);
-    if (busy) return EBUSY;
-    if (!leaving) return 0;
-    if (!let_leavers_go(i, &until)) return EBUSY;
-  }
+  return destroy_when_idle(&c->lk, &c->q, NULL, NULL);
 }
 
 typedef struct cwait_op {
@@ -838,20 +835,16 @@ static bool rw_prefers_writers(const crwlock *rw) {
 #endif
 }
 
+static bool rw_held(const void *p) {
+  const crwlock *rw = p;
+  return rw->readers || rw->writer;
+}
+
 int iof_compat_pthread_rwlock_destroy(pthread_rwlock_t *prw) {
   if (!prw) return EINVAL;
   if (libc_rwlock(prw)) return iof__libc.pthread_rwlock_destroy(prw);
   crwlock *rw = CRW(prw);
-  int64_t until = 0;
-  for (int i = 0;; i++) {
-    iof__lk_lock(&rw->lk);
-    bool busy = rw->readers || rw->writer || iof__wq_has_waiter(&rw->q);
-    bool leaving = rw->q.head != NULL;
-    iof__lk_unlock(&rw->lk);
-    if (busy) return EBUSY;
-    if (!leaving) return 0;
-    if (!let_leavers_go(i, &until)) return EBUSY;
-  }
+  return destroy_when_idle(&rw->lk, &rw->q, rw_held, rw);
 }
 
 /* Under rw->lk: take it now if possible. 0, EBUSY, EDEADLK or EAGAIN. */
@@ -1309,15 +1302,8 @@ int iof_compat_sem_destroy(sem_t *ps) {
   if (!ps) return fail(EINVAL);
   if (libc_sem(ps)) return iof__libc.sem_destroy(ps);
   csem *s = CS(ps);
-  int64_t until = 0;
-  for (int i = 0;; i++) {
-    iof__lk_lock(&s->lk);
-    bool busy = iof__wq_has_waiter(&s->q), leaving = s->q.head != NULL;
-    iof__lk_unlock(&s->lk);
-    if (busy) return fail(EBUSY);
-    if (!leaving) return 0;
-    if (!let_leavers_go(i, &until)) return fail(EBUSY);
-  }
+  int r = destroy_when_idle(&s->lk, &s->q, NULL, NULL);
+  return r ? fail(r) : 0;
 }
 
 typedef struct sem_op {
