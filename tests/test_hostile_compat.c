@@ -1223,6 +1223,21 @@ static void compat_sock_kind_follows_the_file(void **state) {
   both_ways(sock_kind_calls);
 }
 
+/* A reader and a writer fiber over a Unix stream pair (fds), run to
+ * their end on a fresh io_context; the pair is closed after. */
+static void run_stream_pair(int fds[2], iof_fn reader, iof_fn writer) {
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  launch(io, reader, NULL);
+  launch(io, writer, NULL);
+  run_all(io);
+  assert_int_equal(iof_compat_close(fds[0]), 0);
+  assert_int_equal(iof_compat_close(fds[1]), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 /* MSG_PEEK | MSG_WAITALL on a stream: the first n bytes of the stream,
  * waited for as the blocking call does, not the head peeked again and
  * again into the rest of the buffer; the stream's end ends it short. */
@@ -1255,16 +1270,7 @@ static int peek_reader(void *arg) {
 
 static void compat_peek_waitall(void **state) {
   (void)state;
-  iof_io_context *io = iof_io_context_create();
-  assert_non_null(io);
-  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, peek_fds), 0);
-  launch(io, peek_reader, NULL);
-  launch(io, peek_writer, NULL);
-  run_all(io);
-  assert_int_equal(iof_compat_close(peek_fds[0]), 0);
-  assert_int_equal(iof_compat_close(peek_fds[1]), 0);
-  assert_int_equal(iof_io_context_destroy(io), 0);
-  assert_int_equal(atomic_load(&failures), 0);
+  run_stream_pair(peek_fds, peek_reader, peek_writer);
 }
 
 /* recvmsg(MSG_WAITALL) on a stream: the whole vector, filled across the
@@ -1305,16 +1311,7 @@ static int rmsg_reader(void *arg) {
 
 static void compat_recvmsg_waitall(void **state) {
   (void)state;
-  iof_io_context *io = iof_io_context_create();
-  assert_non_null(io);
-  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, rmsg_fds), 0);
-  launch(io, rmsg_reader, NULL);
-  launch(io, rmsg_writer, NULL);
-  run_all(io);
-  assert_int_equal(iof_compat_close(rmsg_fds[0]), 0);
-  assert_int_equal(iof_compat_close(rmsg_fds[1]), 0);
-  assert_int_equal(iof_io_context_destroy(io), 0);
-  assert_int_equal(atomic_load(&failures), 0);
+  run_stream_pair(rmsg_fds, rmsg_reader, rmsg_writer);
 }
 
 /* recvmsg(MSG_WAITALL) on a Unix stream whose later piece carries fds:
@@ -1417,16 +1414,7 @@ static int rfds_reader(void *arg) {
 
 static void compat_recvmsg_waitall_fds(void **state) {
   (void)state;
-  iof_io_context *io = iof_io_context_create();
-  assert_non_null(io);
-  assert_int_equal(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, rfds_fds), 0);
-  launch(io, rfds_reader, NULL);
-  launch(io, rfds_writer, NULL);
-  run_all(io);
-  assert_int_equal(iof_compat_close(rfds_fds[0]), 0);
-  assert_int_equal(iof_compat_close(rfds_fds[1]), 0);
-  assert_int_equal(iof_io_context_destroy(io), 0);
-  assert_int_equal(atomic_load(&failures), 0);
+  run_stream_pair(rfds_fds, rfds_reader, rfds_writer);
 }
 
 /* Ids of fiber threads that were joined, or that ended detached: every
