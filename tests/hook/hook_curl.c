@@ -11,7 +11,6 @@
  * Exits 0 when every request got "hello", within 10 D, on one thread. */
 #include <curl/curl.h>
 #include <errno.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,9 +21,8 @@
 #include <unistd.h>
 
 #include <iofiber/env.h>
-#include <iofiber/io_context.h>
-#include <iofiber/launch.h>
 
+#include "hook_support.h"
 #include "http_delay_server.h"
 
 #define N 100
@@ -52,56 +50,13 @@ static int os_threads(void) {
   return n;
 }
 
-typedef struct body {
-  char data[64];
-  size_t len;
-} body;
-
-static size_t on_data(char *p, size_t size, size_t nmemb, void *user) {
-  body *b = user;
-  size_t n = size * nmemb;
-  size_t room = sizeof b->data - b->len;
-  memcpy(b->data + b->len, p, n < room ? n : room);
-  b->len += n < room ? n : room;
-  return n;
-}
-
 static void fetch(int i) {
   tids[i] = (pid_t)syscall(SYS_gettid);
   int t = os_threads();
   int m = atomic_load(&max_threads);
   while (t > m && !atomic_compare_exchange_weak(&max_threads, &m, t)) {
   }
-  CURL *h = curl_easy_init();
-  if (!h) return;
-  char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/item/%d", port, i);
-  body b = {.len = 0};
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 20000L);
-  CURLcode rc = curl_easy_perform(h);
-  long code = 0;
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-  if (rc == CURLE_OK && code == 200 && b.len == 5 &&
-      !memcmp(b.data, "hello", 5))
-    atomic_fetch_add(&ok_count, 1);
-  else
-    fprintf(stderr, "hook_curl: request %d: %s, HTTP %ld, %zu bytes\n", i,
-            curl_easy_strerror(rc), code, b.len);
-  curl_easy_cleanup(h);
-}
-
-static int fiber_main(void *arg) {
-  fetch((int)(intptr_t)arg);
-  return 0;
-}
-
-static void *thread_main(void *arg) {
-  fetch((int)(intptr_t)arg);
-  return NULL;
+  if (http_delay_fetch(port, i, "hook_curl")) atomic_fetch_add(&ok_count, 1);
 }
 
 int main(int argc, char **argv) {
@@ -116,25 +71,9 @@ int main(int argc, char **argv) {
   }
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 1;
   int64_t t0 = now_ms();
-  if (under_run) {
-    pthread_t t[N];
-    for (int i = 0; i < N; i++)
-      if (pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i)) {
-        fprintf(stderr, "hook_curl: pthread_create failed\n");
-        return 1;
-      }
-    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
-  } else {
-    iof_io_context *io = iof_io_context_create();
-    if (!io) return 1;
-    for (int i = 0; i < N; i++) {
-      iof_launch_opts o = {.stack_size = 256 * 1024};
-      if (iof_run_async(iof_io_context_executor(io), &o, fiber_main,
-                        (void *)(intptr_t)i))
-        return 1;
-    }
-    iof_io_context_run(io);
-    iof_io_context_destroy(io);
+  if (hook_run_clients(N, under_run, fetch) < 0) {
+    fprintf(stderr, "hook_curl: the clients could not start\n");
+    return 1;
   }
   int64_t elapsed = now_ms() - t0;
   curl_global_cleanup();

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <ev.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,45 +68,13 @@ static void on_pipe(struct ev_loop *loop, ev_io *w, int revents) {
   ev_io_stop(loop, w);
 }
 
-typedef struct body {
-  char data[64];
-  size_t len;
-} body;
-
-static size_t on_data(char *p, size_t size, size_t nmemb, void *user) {
-  body *b = user;
-  size_t n = size * nmemb;
-  size_t room = sizeof b->data - b->len;
-  memcpy(b->data + b->len, p, n < room ? n : room);
-  b->len += n < room ? n : room;
-  return n;
-}
-
 static int fetch(void *arg) {
   int i = (int)(intptr_t)arg;
   tids[i] = (pid_t)syscall(SYS_gettid);
   if (i == 0 && write(to_host[1], "f", 1) != 1)
     fprintf(stderr, "hook_embedded: write to the host: %s\n", strerror(errno));
-  CURL *h = curl_easy_init();
-  if (!h) return -ENOMEM;
-  char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/item/%d", port, i);
-  body b = {.len = 0};
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 20000L);
-  CURLcode rc = curl_easy_perform(h);
-  long code = 0;
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-  if (rc == CURLE_OK && code == 200 && b.len == 5 &&
-      !memcmp(b.data, "hello", 5))
-    ok_count++; /* fibers of one loop thread: no race */
-  else
-    fprintf(stderr, "hook_embedded: request %d: %s, HTTP %ld, %zu bytes\n", i,
-            curl_easy_strerror(rc), code, b.len);
-  curl_easy_cleanup(h);
+  /* Fibers of one loop thread: no race on the counts. */
+  if (http_delay_fetch(port, i, "hook_embedded")) ok_count++;
   done_count++;
   return 0;
 }

@@ -3,6 +3,8 @@
 #ifndef IOF_TEST_HTTP_DELAY_SERVER_H
 #define IOF_TEST_HTTP_DELAY_SERVER_H
 
+#include <stdbool.h>
+
 /* Listens on 127.0.0.1 (free port), serves in background threads. Returns
  * the port, or -errno. */
 int http_delay_server_start(int delay_ms);
@@ -16,5 +18,10 @@ int http_delay_server_spawn(int *keep);
 /* The child's main for `--server`: serves with delay_ms, prints the port
  * on stdout, exits when stdin (the parent's pipe) closes. */
 int http_delay_server_child(int delay_ms);
+
+/* One GET of /item/i from the server on port through libcurl's easy
+ * interface (link http_fetch.c and libcurl): true if it answered "hello";
+ * else false, with a line naming `who` on stderr. */
+bool http_delay_fetch(int port, int i, const char *who);
 
 #endif
