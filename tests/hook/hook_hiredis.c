@@ -163,16 +163,6 @@ static void client(int i) {
   redisFree(c);
 }
 
-static int fiber_main(void *arg) {
-  client((int)(intptr_t)arg);
-  return 0;
-}
-
-static void *thread_main(void *arg) {
-  client((int)(intptr_t)arg);
-  return NULL;
-}
-
 int main(void) {
   const char *exe = redis_server_path();
   if (!exe) {
@@ -188,24 +178,9 @@ int main(void) {
     return 1;
   }
   int64_t t0 = now_ms();
-  if (under_run) {
-    pthread_t t[N];
-    for (int i = 0; i < N; i++)
-      if (pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i)) {
-        fprintf(stderr, "hook_hiredis: pthread_create failed\n");
-        return 1;
-      }
-    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
-  } else {
-    iof_io_context *io = iof_io_context_create();
-    if (!io) return 1;
-    for (int i = 0; i < N; i++) {
-      if (iof_run_async(iof_io_context_executor(io), NULL, fiber_main,
-                        (void *)(intptr_t)i))
-        return 1;
-    }
-    iof_io_context_run(io);
-    iof_io_context_destroy(io);
+  if (hook_run_clients(N, under_run, client) < 0) {
+    fprintf(stderr, "hook_hiredis: the clients could not start\n");
+    return 1;
   }
   int64_t elapsed = now_ms() - t0;
   /* The shared counter went 1..N, each value seen once. */
