@@ -182,8 +182,8 @@ IOF_HIDDEN iof_transfer iof__landed(iof_transfer t);
 #define IOF_SW_KIND 32
 #define IOF_FB_CTX 0
 #define IOF_FB_STATE 16
-#define IOF_FB_SOFT_LO 128
-#define IOF_FB_ON_EXIT 88
+#define IOF_FB_SOFT_LO 136
+#define IOF_FB_ON_EXIT 96
 #define IOF_STR_(x) #x
 #define IOF_STR(x) IOF_STR_(x)
 /* clang-format off */
@@ -455,6 +455,7 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   f->env = NULL;
   f->strand = NULL;
   f->sched = NULL;
+  f->claim = NULL;
   f->fls = NULL;
   f->on_exit = NULL;
   f->alloc = alloc;
@@ -541,9 +542,16 @@ __attribute__((noinline, cold)) static int resume_first(iof_fiber *f) {
   return resume_on(iof__thread(), f);
 }
 
+/* A fiber in a wait nobody has claimed yet: resuming it would return
+ * from the wait with the primitive still holding its record. */
+static inline bool held_by_wait(const iof_fiber *f) {
+  const _Atomic int *c = f->claim;
+  return c && atomic_load_explicit(c, memory_order_acquire) == IOF__CLAIM_OPEN;
+}
+
 int iof_fiber_resume(iof_fiber *f) {
   if (!f || f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
-  if (f->state == IOF_FS_RUNNING || f->queued) return -EBUSY;
+  if (f->state == IOF_FS_RUNNING || f->queued || held_by_wait(f)) return -EBUSY;
   iof_thread_state *th = iof__thread_if_ready();
   if (__builtin_expect(!th, 0)) return resume_first(f);
   return resume_on(th, f);

@@ -35,6 +35,11 @@ struct iof_fiber {
   /* It has thread-locals of its own (tls, thread_locals.c): read on every
    * switch into it, so kept in the line of ctx. */
   bool tls_on;
+  /* While it waits in one of the library's waits: that wait's claim word
+   * (sched/'s iof__wait state). The public resume refuses the fiber while
+   * the word says published and unclaimed (IOF__CLAIM_OPEN): only the
+   * claimer may hand it on. NULL otherwise. */
+  const _Atomic int *claim;
   iof_fn fn;
   void *arg;
   /* Used by sched/: the intrusive run-queue link, the launch record kept in
@@ -63,6 +68,12 @@ struct iof_fiber {
   unsigned vg_id;
   struct iof__tls_area *tls; /* its thread-locals while tls_on */
 };
+
+/* The value of a claim word (iof_fiber.claim) while the wait is published
+ * and nothing has ended it: sched/'s IOF__W_WAITING. Before publication
+ * (a wait that completed at once) the fiber may already be on its way to
+ * its executor. */
+#define IOF__CLAIM_OPEN 1
 
 /* Per-thread state. `root` stands for the thread's own stack. */
 typedef struct iof_thread_state {

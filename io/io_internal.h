@@ -222,7 +222,9 @@ iof__io_wait_home(iof_thread_state *th, iof_fiber *self, iof_io_op *op,
   atomic_store_explicit(&w->state, IOF__W_WAITING, memory_order_relaxed);
   int r = arm(op);
   if (r < 0) return r;
+  self->claim = &w->state;
   iof__io_park(th, self, io, &iof__io_home_vtbl, op);
+  self->claim = NULL;
   disarm(op); /* every claim of a queued op unlinked it already */
   return w->result;
 }

@@ -48,6 +48,8 @@ enum {
   IOF__W_EARLY_CANCELED,
   IOF__W_EARLY_TIMEDOUT
 };
+/* iof_fiber_resume reads a waiting fiber's state word (iof_fiber.claim). */
+_Static_assert(IOF__W_WAITING == IOF__CLAIM_OPEN, "the open claim state");
 
 typedef struct iof__parker {
   pthread_mutex_t m;

@@ -294,7 +294,9 @@ static int block_fiber(iof_fiber *self, iof_executor_ref where, void *op,
   }
   wait_aw a = {op, begin, w, false};
   const iof_awaitable_vtbl *vt = io ? &io_wait_vtbl : &wait_vtbl;
+  self->claim = &w->state;
   int r = iof__await_as(self, &a, vt, cancellable);
+  self->claim = NULL;
   /* Nothing can claim w any more once these return: the stop callback and
    * the timer are waited for if running elsewhere (a loop timer fires on
    * this very thread, where the fiber resumed). */

@@ -540,6 +540,96 @@ static void raw_calls_refuse_queued_launches(void **state) {
 #endif
 }
 
+/* A launched fiber parked in one of the library's waits belongs to that
+ * wait until something claims it: a raw resume is refused, and the wait
+ * then ends as it would have (the lock after its holder, the sleep at its
+ * deadline, the read with the bytes). */
+typedef struct parked {
+  iof_mutex m;
+  iof_fiber *locker, *sleeper, *reader;
+  iof_socket *rs;
+  int ws;               /* the other end of rs */
+  int order[4], norder; /* 1: holder unlocks, 2: locker got the lock */
+  int64_t slept_ns;
+  char got[8];
+} parked;
+
+static int park_holder(void *arg) {
+  parked *p = arg;
+  CHECK_EQ(iof_mutex_lock(&p->m), 0);
+  CHECK_EQ(iof_sleep_for(30 * 1000000), 0);
+  p->order[p->norder++] = 1;
+  CHECK_EQ(iof_mutex_unlock(&p->m), 0);
+  return 0;
+}
+
+static int park_locker(void *arg) {
+  parked *p = arg;
+  p->locker = iof_fiber_current();
+  CHECK_EQ(iof_mutex_lock(&p->m), 0);
+  p->order[p->norder++] = 2;
+  CHECK_EQ(iof_mutex_unlock(&p->m), 0);
+  return 0;
+}
+
+static int park_sleeper(void *arg) {
+  parked *p = arg;
+  p->sleeper = iof_fiber_current();
+  int64_t t0 = iof_now_ns();
+  CHECK_EQ(iof_sleep_for(40 * 1000000), 0);
+  p->slept_ns = iof_now_ns() - t0;
+  return 0;
+}
+
+static int park_reader(void *arg) {
+  parked *p = arg;
+  p->reader = iof_fiber_current();
+  CHECK_EQ(iof_read(p->rs, p->got, 4), 4);
+  return 0;
+}
+
+static int park_poker(void *arg) {
+  parked *p = arg;
+  CHECK_EQ(iof_sleep_for(5 * 1000000), 0);
+  iof_fiber *all[] = {p->locker, p->sleeper, p->reader};
+  for (int round = 0; round < 2; round++)
+    for (int i = 0; i < 3; i++) {
+      CHECK_EQ(all[i] != NULL, 1);
+      if (all[i]) CHECK_EQ(iof_fiber_resume(all[i]), -EBUSY);
+    }
+  CHECK_EQ(p->norder, 0);
+  CHECK_EQ(write(p->ws, "ping", 4), 4);
+  return 0;
+}
+
+static void raw_resume_refuses_parked_fibers(void **state) {
+  (void)state;
+  parked p = {0};
+  assert_int_equal(iof_mutex_init(&p.m), 0);
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  assert_int_equal(iof_socket_adopt(io, sv[0], &p.rs), 0);
+  p.ws = sv[1];
+  launch(io, park_holder, &p);
+  launch(io, park_locker, &p);
+  launch(io, park_sleeper, &p);
+  launch(io, park_reader, &p);
+  launch(io, park_poker, &p);
+  run_all(io);
+  assert_int_equal(atomic_load(&failures), 0);
+  assert_int_equal(p.norder, 2);
+  assert_int_equal(p.order[0], 1);
+  assert_int_equal(p.order[1], 2);
+  assert_true(p.slept_ns >= 40 * 1000000);
+  assert_memory_equal(p.got, "ping", 4);
+  assert_int_equal(iof_socket_free(p.rs), 0);
+  close(sv[1]);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(iof_mutex_destroy(&p.m), 0);
+}
+
 static int misuse_inside(void *arg) {
   (void)arg;
   int x = 0;
@@ -1183,6 +1273,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(stop_callbacks_reentering, reset, disarm),
       cmocka_unit_test_setup_teardown(launch_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(raw_calls_refuse_queued_launches, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(raw_resume_refuses_parked_fibers, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(launch_misuse_inside_fiber, reset,
                                       disarm),

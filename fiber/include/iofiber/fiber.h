@@ -34,9 +34,10 @@ IOF_API iof_fiber *iof_fiber_create(iof_frame_allocator *alloc,
                                     size_t stack_size, iof_fn fn, void *arg);
 
 /* Runs f until it suspends or finishes. Returns 0; -EINVAL if f is NULL or
- * finished, -EBUSY if f is running or waits in the run queue of one of the
- * library's contexts (which alone may run it). Callable from a thread or a
- * fiber. */
+ * finished, -EBUSY if f is running, waits in the run queue of one of the
+ * library's contexts (which alone may run it) or is parked in one of the
+ * library's waits (a lock, sleep, socket or channel wait) that nothing has
+ * ended yet. Callable from a thread or a fiber. */
 IOF_API int iof_fiber_resume(iof_fiber *f);
 
 /* The fiber running on this thread, or NULL outside fibers. */
