@@ -1,7 +1,7 @@
 /* http-hello: a minimal HTTP/1.1 server answering every request with
  * 200 "Hello, World!". One fiber per connection, blocking style.
  *
- *   http-hello PORT [--host ADDR] [--threads N]
+ *   http-hello PORT [--host ADDR] [--threads N] [--timeout MS]
  *
  * What it shows:
  * - a request parser on top of iof_stream_read_until: each connection has
@@ -10,9 +10,14 @@
  *   pipelined requests (several in one read) just work; their responses are
  *   batched into one write;
  * - keep-alive (HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with
- *   "Connection: keep-alive"); request bodies (Content-Length) are skipped;
- * - errors: headers larger than the buffer get 431, garbled ones 400,
- *   chunked request bodies 501; then the connection is closed gracefully;
+ *   "Connection: keep-alive"); request bodies (Content-Length or chunked)
+ *   are read and dropped;
+ * - timeouts from socket deadlines: a client has --timeout ms to send a
+ *   request's headers (an idle keep-alive connection is closed then; one
+ *   stuck mid-headers gets 408), and each later wait for its body or for
+ *   it to take the response is bounded by the same;
+ * - errors: headers larger than the buffer get 431, garbled ones 400, an
+ *   unknown transfer coding 501; then the connection is closed gracefully;
  * - the same threading (--threads N: SO_REUSEPORT listeners) and clean
  *   SIGINT/SIGTERM shutdown as echo-server. */
 #include <errno.h>
@@ -37,7 +42,8 @@ typedef struct server {
   pthread_t thread;
 } server;
 
-static iof_stop_source stop; /* requested on SIGINT/SIGTERM */
+static iof_stop_source stop;             /* requested on SIGINT/SIGTERM */
+static int64_t timeout_ns = 60000000000; /* --timeout */
 
 /* ---- request parsing ----------------------------------------------------*/
 
@@ -45,7 +51,7 @@ typedef struct request {
   bool http10;          /* HTTP/1.0 (else 1.1) */
   bool head;            /* HEAD: no body in the response */
   bool keep_alive;      /* the connection stays open after the response */
-  bool chunked;         /* Transfer-Encoding other than identity */
+  bool chunked;         /* the body is in chunks (Transfer-Encoding) */
   bool expect_continue; /* "Expect: 100-continue" (HTTP/1.1 only) */
   uint64_t content_len; /* request body bytes to skip */
 } request;
@@ -90,6 +96,7 @@ static int parse_request(const char *p, size_t n, request *req) {
   req->http10 = p[7] == '0';
   p += 10;
   bool conn_close = false, conn_keep = false, have_len = false;
+  bool unknown_te = false;
   /* Header fields: name ":" OWS value OWS CRLF */
   while (p < end) {
     const char *name = p;
@@ -118,7 +125,15 @@ static int parse_request(const char *p, size_t n, request *req) {
       have_len = true;
     } else if (name_len == 17 &&
                strncasecmp(name, "transfer-encoding", 17) == 0) {
-      req->chunked = !(vlen == 8 && strncasecmp(v, "identity", 8) == 0);
+      /* RFC 9112: chunked must come last; only the last field counts. */
+      size_t last = vlen;
+      while (last && v[last - 1] != ',') last--;
+      const char *tail = v + last;
+      size_t tlen = vlen - last;
+      while (tlen && (*tail == ' ' || *tail == '\t')) tail++, tlen--;
+      bool identity = tlen == 8 && strncasecmp(tail, "identity", 8) == 0;
+      req->chunked = tlen == 7 && strncasecmp(tail, "chunked", 7) == 0;
+      unknown_te = !req->chunked && !identity;
     } else if (name_len == 6 && strncasecmp(name, "expect", 6) == 0) {
       req->expect_continue = has_token(v, vlen, "100-continue");
     }
@@ -126,7 +141,14 @@ static int parse_request(const char *p, size_t n, request *req) {
   /* RFC 9110: an HTTP/1.0 client cannot take an interim response. */
   req->expect_continue &= !req->http10;
   req->keep_alive = req->http10 ? conn_keep && !conn_close : !conn_close;
-  return req->chunked ? 501 : 0;
+  if (unknown_te) return 501;
+  if (req->chunked && have_len) {
+    /* Both framings: the chunks win, and the connection cannot be trusted
+     * for a next request (RFC 9112, 6.3). */
+    req->content_len = 0;
+    req->keep_alive = false;
+  }
+  return 0;
 }
 
 /* ---- a connection ------------------------------------------------------ */
@@ -188,11 +210,61 @@ static int skip_body(conn *c, uint64_t len) {
   return 0;
 }
 
+static int hex_digit(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+/* Reads one line (up to CRLF) into the buffer: its length with the CRLF;
+ * 400 as a negative number when none fits, or the read's error. */
+static ssize_t read_line(conn *c) {
+  ssize_t n =
+      iof_stream_read_until(c->st, c->in, sizeof c->in, &c->filled, "\r\n", 2);
+  if (n == -ENOBUFS) return -400;
+  return n == 0 ? -ECONNRESET : n;
+}
+
+/* Reads and drops a chunked body (RFC 9112, 7.1): size lines (extensions
+ * ignored), data, then the trailer fields up to an empty line. 0; -400 on
+ * a malformed body; or the read's error. */
+static int skip_chunked(conn *c) {
+  for (;;) {
+    ssize_t n = read_line(c);
+    if (n < 0) return (int)n;
+    uint64_t size = 0;
+    size_t i = 0;
+    for (int d; i < (size_t)n - 2 && (d = hex_digit(c->in[i])) >= 0; i++) {
+      if (size > UINT64_MAX >> 4) return -400;
+      size = size << 4 | (uint64_t)d;
+    }
+    char after = c->in[i];
+    if (!i || (after != '\r' && after != ';' && after != ' ' && after != '\t'))
+      return -400;
+    consume(c, (size_t)n);
+    if (!size) break;
+    int r = skip_body(c, size);
+    if (r < 0) return r;
+    n = read_line(c); /* the CRLF after the data */
+    if (n < 0) return (int)n;
+    if (n != 2) return -400;
+    consume(c, 2);
+  }
+  for (;;) { /* trailer fields */
+    ssize_t n = read_line(c);
+    if (n < 0) return (int)n;
+    consume(c, (size_t)n);
+    if (n == 2) return 0;
+  }
+}
+
 /* Writes what is batched, then the error response. */
 static void send_error(conn *c, int status) {
   if (flush(c) < 0) return;
   const char *reason = status == 431   ? "Request Header Fields Too Large"
                        : status == 501 ? "Not Implemented"
+                       : status == 408 ? "Request Timeout"
                                        : "Bad Request";
   int n = snprintf(c->out, sizeof c->out,
                    "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\n"
@@ -225,15 +297,25 @@ static int connection(void *arg) {
   }
   c->sock = arg;
   c->st = iof_socket_stream_init(&c->ss, c->sock);
+  /* Every wait for the client's bytes, or for it to take ours, is bounded;
+   * the headers of each request have one deadline on top. */
+  iof_socket_set_timeout(c->sock, IOF_READ | IOF_WRITE, timeout_ns);
   for (;;) {
+    iof_socket_set_deadline(c->sock, IOF_READ, iof_deadline_after(timeout_ns));
     ssize_t n = iof_stream_read_until(c->st, c->in, sizeof c->in, &c->filled,
                                       "\r\n\r\n", 4);
+    iof_socket_set_deadline(c->sock, IOF_READ, 0);
     if (n == -ENOBUFS) { /* no end of headers in HEADER_MAX bytes */
       send_error(c, 431);
       lingering_close(c);
       break;
     }
-    if (n <= 0) break; /* closed, reset, or -ECANCELED on stop */
+    if (n == -ETIMEDOUT && c->filled) { /* stuck in the middle of headers */
+      send_error(c, 408);
+      lingering_close(c);
+      break;
+    }
+    if (n <= 0) break; /* closed, reset, idle, or -ECANCELED on stop */
     request req;
     int status = parse_request(c->in, (size_t)n, &req);
     if (status) {
@@ -245,12 +327,20 @@ static int connection(void *arg) {
     /* A client that sent "Expect: 100-continue" holds its body back until
      * we say so (curl waits a second, then sends anyway): say so, ahead of
      * the response, unless the body is already here. */
-    if (req.expect_continue && req.content_len > c->filled) {
+    if (req.expect_continue && (req.chunked || req.content_len > c->filled)) {
       append(c, "HTTP/1.1 100 Continue\r\n\r\n");
       if (flush(c) < 0) break;
     }
+    int r = req.chunked       ? skip_chunked(c)
+            : req.content_len ? skip_body(c, req.content_len)
+                              : 0;
+    if (r == -400) { /* a garbled chunked body */
+      send_error(c, 400);
+      lingering_close(c);
+      break;
+    }
+    if (r < 0) break;
     respond(c, &req);
-    if (req.content_len && skip_body(c, req.content_len) < 0) break;
     /* Pipelining: while another whole request is already buffered and
      * there is room for its response, answer it in the same write. */
     bool more = memmem(c->in, c->filled, "\r\n\r\n", 4) != NULL;
@@ -323,7 +413,8 @@ static void *run_thread(void *arg) {
 /* ---- command line -------------------------------------------------------*/
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: iof-http-hello PORT [--host ADDR] [--threads N]\n"
+  fprintf(out, "usage: iof-http-hello PORT [--host ADDR] [--threads N] "
+               "[--timeout MS]\n"
                "\n"
                "HTTP/1.1 server answering every request with 200 \"Hello, "
                "World!\".\n"
@@ -331,6 +422,11 @@ static void usage(FILE *out) {
                "  --host ADDR  address to listen on (default 127.0.0.1)\n"
                "  --threads N  N io_contexts on N threads, SO_REUSEPORT "
                "listeners (default 1)\n"
+               "  --timeout MS time a client has to send a request's headers, "
+               "and\n"
+               "               the longest wait for its body or for it to take "
+               "the\n"
+               "               response (default 60000)\n"
                "  --help       show this help\n"
                "\n"
                "SIGINT or SIGTERM stops it (exit status 0).\n");
@@ -351,6 +447,7 @@ int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"host", required_argument, NULL, 'H'},
       {"threads", required_argument, NULL, 't'},
+      {"timeout", required_argument, NULL, 'T'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c;
@@ -365,6 +462,15 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'T': {
+      long ms;
+      if (!parse_long(optarg, 1, 86400000, &ms)) {
+        fprintf(stderr, "iof-http-hello: --timeout wants 1..86400000\n");
+        return 2;
+      }
+      timeout_ns = ms * 1000000LL;
+      break;
+    }
     case 'h':
       usage(stdout);
       return 0;

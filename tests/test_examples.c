@@ -370,6 +370,84 @@ static void http_hello_answers_expect_continue(void **state) {
   assert_int_equal(stop_proc(&p), 0);
 }
 
+/* Sends all of s on fd. */
+static void send_str(int fd, const char *s) {
+  size_t n = strlen(s);
+  assert_int_equal(write(fd, s, n), (ssize_t)n);
+}
+
+/* What the server sends on fd until it closes (or ms pass); counts the
+ * status lines that carry `status`. */
+static int count_status(int fd, const char *status, int ms, char *all,
+                        size_t cap) {
+  size_t got = 0;
+  for (;;) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0 || got + 1 >= cap) break;
+    ssize_t r = read(fd, all + got, cap - 1 - got);
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  all[got] = 0;
+  int n = 0;
+  for (const char *at = all; (at = strstr(at, status)); at++) n++;
+  return n;
+}
+
+/* Chunked request bodies are read and dropped (with extensions, trailers,
+ * a chunk split across writes, and a request pipelined behind), a garbled
+ * one gets 400, an unknown coding 501; a client that stops in the middle
+ * of its headers gets 408 at --timeout, an idle one is closed then. */
+static void http_hello_chunked_bodies_and_timeouts(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"iof-http-hello", "0", "--timeout", "300", NULL};
+  start(&p, args);
+  static char all[8192];
+
+  int fd = connect_port(p.port);
+  send_str(fd, "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+               "\r\n\r\n5;name=v\r\nhello\r\n1");
+  sleep_ms(50); /* the rest of the chunk size comes later */
+  send_str(fd, "0\r\n0123456789abcdef\r\n0\r\nX-Sum: 1\r\n\r\n"
+               "GET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  assert_int_equal(count_status(fd, "HTTP/1.1 200 OK", 2000, all, sizeof all),
+                   2);
+  close(fd);
+
+  fd = connect_port(p.port);
+  send_str(fd, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+               "\r\n\r\nzz\r\nhello\r\n0\r\n\r\n");
+  assert_int_equal(count_status(fd, "HTTP/1.1 400 ", 2000, all, sizeof all), 1);
+  assert_null(strstr(all, "200 OK"));
+  close(fd);
+
+  fd = connect_port(p.port);
+  send_str(fd, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip"
+               "\r\n\r\n");
+  assert_int_equal(count_status(fd, "HTTP/1.1 501 ", 2000, all, sizeof all), 1);
+  close(fd);
+
+  /* Mid-headers: 408 after about 300 ms, then the close. */
+  fd = connect_port(p.port);
+  int64_t t0 = iof_test_now_ns();
+  send_str(fd, "GET / HTTP/1.1\r\nHost: x\r\n");
+  assert_int_equal(count_status(fd, "HTTP/1.1 408 ", 3000, all, sizeof all), 1);
+  int64_t ms = (iof_test_now_ns() - t0) / 1000000;
+  assert_true(ms >= 250 && ms < 2500);
+  close(fd);
+
+  /* Idle between requests: closed without a word. */
+  fd = connect_port(p.port);
+  send_str(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  t0 = iof_test_now_ns();
+  assert_int_equal(count_status(fd, "HTTP/1.1 ", 3000, all, sizeof all), 1);
+  ms = (iof_test_now_ns() - t0) / 1000000;
+  assert_true(ms >= 250 && ms < 2500);
+  close(fd);
+  assert_int_equal(stop_proc(&p), 0);
+}
+
 /* nc sends a 1 MB line to the chat: the sender must read "* line too
  * long" before the end. Closing with the rest of the line unread made the
  * kernel send a reset, which wiped the message from nc's receive queue. */
@@ -458,6 +536,10 @@ static void chat_tells_a_1mb_line_sender(void **state) {
   (void)state;
   skip();
 }
+static void http_hello_chunked_bodies_and_timeouts(void **state) {
+  (void)state;
+  skip();
+}
 static void servers_report_emfile_once(void **state) {
   (void)state;
   skip();
@@ -477,6 +559,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(http_hello_answers_expect_continue, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(http_hello_chunked_bodies_and_timeouts,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(chat_tells_a_1mb_line_sender, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(servers_report_emfile_once, setup,
