@@ -1,4 +1,4 @@
-/* chat: a line-based broadcast chat server, one fiber per client.
+/* chat: a line-based broadcast chat server, two fibers per client.
  *
  *   chat PORT [--host ADDR] [--max-line BYTES] [--idle MS]
  *
@@ -6,14 +6,18 @@
  * Clients are named user1, user2... in order of arrival; "/nick NAME"
  * renames, "/quit" leaves. Lines are read with the buffered reader (no
  * copies, a line longer than --max-line disconnects its sender), a client
- * silent for --idle ms is dropped (a read timeout on its socket), and a
- * client too slow to take its messages for a second is dropped too (a
- * write timeout).
+ * silent for --idle ms is dropped (a read timeout on its socket).
+ *
+ * Each client has a reading fiber and a writing fiber, run together by
+ * iof_when_all, and an outbox between them: a channel of messages. A
+ * broadcast only queues (iof_chan_try_send never waits), so a client that
+ * does not read slows nobody else: it is dropped when its outbox is full,
+ * or when it takes no bytes for a second (a write timeout).
  *
  * SIGINT or SIGTERM shuts down cleanly: the shared stop token cancels
- * every read; each client fiber then takes itself out of the shared list
- * and says goodbye inside iof_shield_for, where the mutex and the write
- * still work although the chain is stopped. */
+ * every fiber; each reader then takes its client out of the list and
+ * queues a goodbye, and each writer sends what is queued, both inside
+ * iof_shield_for, where waits still work although the chain is stopped. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -24,62 +28,192 @@
 #include <iofiber/iofiber.h>
 
 #define MS 1000000LL
+/* What may wait in one client's outbox (beyond its socket's buffers); a
+ * client further behind is dropped. */
+#define OUTBOX_MSGS 1024
+#define OUTBOX_BYTES ((size_t)1 << 20)
+
+/* One message, shared by every outbox it is queued in. */
+typedef struct msg {
+  int refs;
+  size_t len;
+  char data[];
+} msg;
 
 typedef struct client {
   struct client *next;
   iof_socket *sock;
-  iof_mutex write_lock; /* one message at a time on the socket */
+  iof_chan *outbox; /* msg * for the writer; closed when the reader ends */
+  size_t queued;    /* bytes in the outbox */
+  bool dropped;     /* shut down already (too slow, or a write failed) */
+  int end;          /* why the reader ended (-EMSGSIZE: line too long) */
   char name[32];
 } client;
 
+/* Every fiber runs on the one io thread, and nothing that walks or edits
+ * the list waits: it needs no lock. */
 static iof_io_context *io;
 static iof_stop_source stop;
-static iof_mutex list_lock = IOF_MUTEX_INIT; /* guards `clients` */
 static client *clients;
 static int next_id = 1;
 static size_t max_line = 1024;
 static long idle_ms = 600000;
 
-static int send_to(client *c, const char *msg, size_t len) {
-  int r = iof_mutex_lock(&c->write_lock);
-  if (r < 0) return r;
-  ssize_t n = iof_write(c->sock, msg, len);
-  iof_mutex_unlock(&c->write_lock);
-  return n < 0 ? (int)n : 0;
+/* A message of len bytes, to be filled in; one reference. */
+static msg *msg_new(size_t len) {
+  msg *m = malloc(sizeof *m + len);
+  if (!m) return NULL;
+  m->refs = 1;
+  m->len = len;
+  return m;
 }
 
-/* Sends msg to every client but `from` (NULL: to all). A client that
- * cannot take it within its write timeout is shut down: its own fiber
- * then sees the end and leaves. */
-static void broadcast(client *from, const char *msg, size_t len) {
-  if (iof_mutex_lock(&list_lock) < 0) return;
-  for (client *c = clients; c; c = c->next)
-    if (c != from && send_to(c, msg, len) < 0)
-      iof_socket_shutdown(c->sock, SHUT_RDWR);
-  iof_mutex_unlock(&list_lock);
+static msg *msg_text(const char *text) {
+  size_t len = strlen(text);
+  msg *m = msg_new(len);
+  if (m) memcpy(m->data, text, len);
+  return m;
 }
+
+static void msg_unref(msg *m) {
+  if (--m->refs == 0) free(m);
+}
+
+/* Shuts the client's socket: its reader sees the end and leaves. */
+static void drop(client *c) {
+  if (!c->dropped) iof_socket_shutdown(c->sock, SHUT_RDWR);
+  c->dropped = true;
+}
+
+/* Queues m for c without waiting; a full outbox drops c. */
+static void queue(client *c, msg *m) {
+  if (c->dropped) return;
+  if (c->queued + m->len > OUTBOX_BYTES) {
+    drop(c);
+    return;
+  }
+  m->refs++;
+  int r = iof_chan_try_send(c->outbox, &m);
+  if (r < 0) {
+    msg_unref(m);
+    if (r == -EAGAIN) drop(c);
+    return;
+  }
+  c->queued += m->len;
+}
+
+/* Queues text for c alone. */
+static void tell(client *c, const char *text) {
+  msg *m = msg_text(text);
+  if (!m) return;
+  queue(c, m);
+  msg_unref(m);
+}
+
+/* Queues m for every client but `from` (NULL: for all). */
+static void broadcast(client *from, msg *m) {
+  for (client *c = clients; c; c = c->next)
+    if (c != from) queue(c, m);
+}
+
+static void announce(client *from, const char *text) {
+  msg *m = msg_text(text);
+  if (!m) return;
+  broadcast(from, m);
+  msg_unref(m);
+}
+
+/* ---- the writing fiber ------------------------------------------------ */
+
+static void write_msg(client *c, msg *m) {
+  c->queued -= m->len;
+  if (!c->dropped && iof_write(c->sock, m->data, m->len) < 0) drop(c);
+  msg_unref(m);
+}
+
+/* Sends what is queued until the reader closes the outbox. */
+static int send_queued(void *arg) {
+  client *c = arg;
+  msg *m;
+  while (iof_chan_recv(c->outbox, &m) == 0) write_msg(c, m);
+  return 0;
+}
+
+static int writer(void *arg) {
+  client *c = arg;
+  send_queued(c);
+  /* Stopped: the goodbye is still to come; bounded, so that a stuck peer
+   * cannot hold the shutdown. */
+  if (iof_stop_requested(iof_stop_source_token(&stop)))
+    iof_shield_for(2000 * MS, send_queued, c);
+  return 0;
+}
+
+/* ---- the reading fiber ------------------------------------------------ */
 
 /* The cleanup a stop request must not skip: runs shielded. */
 static int leave(void *arg) {
   client *c = arg;
-  bool stopping = iof_stop_requested(iof_stop_source_token(&stop));
-  int r = iof_mutex_lock(&list_lock);
-  if (r < 0) return r;
   for (client **pp = &clients; *pp; pp = &(*pp)->next)
     if (*pp == c) {
       *pp = c->next;
       break;
     }
-  iof_mutex_unlock(&list_lock);
-  char msg[80];
-  int n;
-  if (stopping) {
-    n = snprintf(msg, sizeof msg, "* server shutting down\n");
-    send_to(c, msg, (size_t)n);
+  char text[80];
+  if (iof_stop_requested(iof_stop_source_token(&stop))) {
+    tell(c, "* server shutting down\n");
   } else {
-    n = snprintf(msg, sizeof msg, "* %s left\n", c->name);
-    broadcast(NULL, msg, (size_t)n);
+    snprintf(text, sizeof text, "* %s left\n", c->name);
+    announce(NULL, text);
   }
+  iof_chan_close(c->outbox); /* the writer sends the rest and ends */
+  return 0;
+}
+
+static int reader(void *arg) {
+  client *c = arg;
+  char text[64];
+  iof_reader rd;
+  int r = iof_reader_init_socket(&rd, c->sock, NULL, max_line);
+  if (r < 0) {
+    iof_chan_close(c->outbox);
+    return 0;
+  }
+  c->next = clients;
+  clients = c;
+  snprintf(text, sizeof text, "* you are %s\n", c->name);
+  tell(c, text);
+  snprintf(text, sizeof text, "* %s joined\n", c->name);
+  announce(c, text);
+  iof_bytes line;
+  while ((r = iof_reader_read_line(&rd, &line)) == 1) {
+    if (line.len == 5 && memcmp(line.data, "/quit", 5) == 0) break;
+    if (line.len > 6 && line.len < 6 + sizeof c->name &&
+        memcmp(line.data, "/nick ", 6) == 0) {
+      memcpy(c->name, line.data + 6, line.len - 6);
+      c->name[line.len - 6] = 0;
+      continue;
+    }
+    /* "name: " + line + "\n", built once for every outbox. */
+    size_t nl = strlen(c->name);
+    msg *m = msg_new(nl + 2 + line.len + 1);
+    if (!m) break;
+    memcpy(m->data, c->name, nl);
+    memcpy(m->data + nl, ": ", 2);
+    memcpy(m->data + nl + 2, line.data, line.len);
+    m->data[m->len - 1] = '\n';
+    broadcast(c, m);
+    msg_unref(m);
+    /* A flood of buffered lines would otherwise be queued without a pause
+     * for the writers, and fill the outboxes of clients that keep up. */
+    iof_yield();
+  }
+  c->end = r;
+  if (r == -EMSGSIZE) tell(c, "* line too long\n");
+  if (r == -ETIMEDOUT) tell(c, "* idle for too long\n");
+  /* Stopped or not, the client must leave the list. */
+  iof_shield_for(2000 * MS, leave, c);
+  iof_reader_destroy(&rd);
   return 0;
 }
 
@@ -93,56 +227,25 @@ static int drain(void *arg) {
 
 static int session(void *arg) {
   client *c = arg;
-  char line_buf[64];
   snprintf(c->name, sizeof c->name, "user%d", next_id++);
   iof_socket_set_timeout(c->sock, IOF_WRITE, 1000 * MS);
   iof_socket_set_timeout(c->sock, IOF_READ, idle_ms * MS);
-  iof_reader rd;
-  int r = iof_reader_init_socket(&rd, c->sock, NULL, max_line);
-  if (r == 0 && iof_mutex_lock(&list_lock) == 0) {
-    c->next = clients;
-    clients = c;
-    iof_mutex_unlock(&list_lock);
-    int n = snprintf(line_buf, sizeof line_buf, "* you are %s\n", c->name);
-    send_to(c, line_buf, (size_t)n);
-    n = snprintf(line_buf, sizeof line_buf, "* %s joined\n", c->name);
-    broadcast(c, line_buf, (size_t)n);
-    iof_bytes line;
-    while ((r = iof_reader_read_line(&rd, &line)) == 1) {
-      if (line.len == 5 && memcmp(line.data, "/quit", 5) == 0) break;
-      if (line.len > 6 && line.len < 6 + sizeof c->name &&
-          memcmp(line.data, "/nick ", 6) == 0) {
-        memcpy(c->name, line.data + 6, line.len - 6);
-        c->name[line.len - 6] = 0;
-        continue;
-      }
-      /* name + ": " + line + "\n" in one write, through a small stack
-       * buffer or one heap block for long lines. */
-      size_t nl = strlen(c->name), len = nl + 2 + line.len + 1;
-      char small[256], *msg = len <= sizeof small ? small : malloc(len);
-      if (!msg) break;
-      memcpy(msg, c->name, nl);
-      memcpy(msg + nl, ": ", 2);
-      memcpy(msg + nl + 2, line.data, line.len);
-      msg[len - 1] = '\n';
-      broadcast(c, msg, len);
-      if (msg != small) free(msg);
-    }
-    if (r == -EMSGSIZE) send_to(c, "* line too long\n", 16);
-    if (r == -ETIMEDOUT) send_to(c, "* idle for too long\n", 20);
-    /* Stopped or not, the client must leave the list: shielded, and
-     * bounded so that a stuck peer cannot hold the shutdown. */
-    iof_shield_for(2000 * MS, leave, c);
-    /* The rest of a too long line is still unread: closing now would make
-     * the kernel answer it with a reset, which destroys "* line too long"
-     * (and everything before it) in the client's receive queue. Stop
-     * writing, then drop its input for at most a second. */
-    if (r == -EMSGSIZE && iof_socket_shutdown(c->sock, SHUT_WR) == 0)
-      iof_with_deadline(1000 * MS, drain, c->sock);
-  }
-  iof_reader_destroy(&rd);
+  const iof_fn fns[2] = {reader, writer};
+  void *const args[2] = {c, c};
+  int r = iof_when_all(2, fns, args, NULL);
+  /* A child that could not start leaves the outbox open or filled. */
+  if (!iof_chan_closed(c->outbox)) iof_chan_close(c->outbox);
+  msg *m;
+  while (iof_chan_try_recv(c->outbox, &m) == 0) msg_unref(m);
+  /* The rest of a too long line is still unread: closing now would make
+   * the kernel answer it with a reset, which destroys "* line too long"
+   * (and everything before it) in the client's receive queue. Stop
+   * writing, then drop its input for at most a second. */
+  if (r == 0 && c->end == -EMSGSIZE && !c->dropped &&
+      iof_socket_shutdown(c->sock, SHUT_WR) == 0)
+    iof_with_deadline(1000 * MS, drain, c->sock);
+  iof_chan_destroy(c->outbox);
   iof_socket_free(c->sock);
-  iof_mutex_destroy(&c->write_lock);
   free(c);
   return 0;
 }
@@ -166,7 +269,8 @@ static int acceptor(void *arg) {
       continue;
     }
     client *c = calloc(1, sizeof *c);
-    if (!c || iof_mutex_init(&c->write_lock) < 0) {
+    if (c) c->outbox = iof_chan_create(sizeof(msg *), OUTBOX_MSGS);
+    if (!c || !c->outbox) {
       free(c);
       iof_socket_free(s);
       continue;
@@ -174,7 +278,7 @@ static int acceptor(void *arg) {
     c->sock = s;
     if (iof_run_async(iof_io_context_executor(io), &opts, session, c) < 0) {
       iof_socket_free(s);
-      iof_mutex_destroy(&c->write_lock);
+      iof_chan_destroy(c->outbox);
       free(c);
     }
   }

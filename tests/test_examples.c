@@ -289,6 +289,64 @@ static void chat_broadcasts_and_shuts_down(void **state) {
   close(b);
 }
 
+/* A client that never reads (a 4 KiB receive buffer) while another sends
+ * 16 MB, more than the kernel buffers for it: a third must get them all
+ * without a pause, and the silent one is dropped. The broadcast used to write
+ * to each client in turn, so the first write to the full socket held every line
+ * for the second of its write timeout. */
+static void chat_slow_reader_stalls_nobody(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"iof-chat", "0", "--max-line", "65536", NULL};
+  start(&p, args);
+  int a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int small = 4096;
+  assert_int_equal(setsockopt(a, SOL_SOCKET, SO_RCVBUF, &small, sizeof small),
+                   0);
+  struct sockaddr_in sa = {0};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = htons((uint16_t)p.port);
+  assert_int_equal(connect(a, (struct sockaddr *)&sa, sizeof sa), 0);
+  expect_line(a, "* you are user1");
+  int b = connect_port(p.port);
+  expect_line(b, "* you are user2");
+  int c = connect_port(p.port);
+  expect_line(c, "* you are user3");
+  expect_line(b, "* user3 joined");
+  fcntl(b, F_SETFL, O_NONBLOCK);
+  fcntl(c, F_SETFL, O_NONBLOCK);
+
+  enum { LINES = 2000, LEN = 8000 };
+  static char out[LINES * LEN];
+  for (size_t i = 0; i < sizeof out; i++)
+    out[i] = i % LEN == LEN - 1 ? '\n' : 'y';
+  size_t sent = 0, ys = 0; /* 'y's that reached c */
+  uint64_t t0 = iof_test_now_ns();
+  while (ys < (size_t)LINES * (LEN - 1) &&
+         iof_test_now_ns() - t0 < 10000000000ull) {
+    struct pollfd pf[2] = {{b, sent < sizeof out ? POLLOUT : 0, 0},
+                           {c, POLLIN, 0}};
+    if (poll(pf, 2, 100) < 0) break;
+    if (sent < sizeof out) {
+      ssize_t n = write(b, out + sent, sizeof out - sent);
+      if (n > 0) sent += (size_t)n;
+    }
+    char in[65536];
+    ssize_t n;
+    while ((n = read(c, in, sizeof in)) > 0)
+      for (ssize_t i = 0; i < n; i++) ys += in[i] == 'y';
+  }
+  uint64_t ms = (iof_test_now_ns() - t0) / 1000000;
+  assert_int_equal(ys, (size_t)LINES * (LEN - 1));
+  assert_true(ms < 800); /* the old write timeout alone was 1000 ms */
+  assert_int_equal(eof_within(a, 5000), 0); /* dropped */
+  assert_int_equal(stop_proc(&p), 0);
+  close(a);
+  close(b);
+  close(c);
+}
+
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
   for (size_t i = 0; i < n; i++) {
@@ -536,6 +594,10 @@ static void chat_tells_a_1mb_line_sender(void **state) {
   (void)state;
   skip();
 }
+static void chat_slow_reader_stalls_nobody(void **state) {
+  (void)state;
+  skip();
+}
 static void http_hello_chunked_bodies_and_timeouts(void **state) {
   (void)state;
   skip();
@@ -561,6 +623,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(http_hello_chunked_bodies_and_timeouts,
                                       setup, teardown),
+      cmocka_unit_test_setup_teardown(chat_slow_reader_stalls_nobody, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(chat_tells_a_1mb_line_sender, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(servers_report_emfile_once, setup,
