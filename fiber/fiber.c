@@ -542,16 +542,10 @@ __attribute__((noinline, cold)) static int resume_first(iof_fiber *f) {
   return resume_on(iof__thread(), f);
 }
 
-/* A fiber in a wait nobody has claimed yet: resuming it would return
- * from the wait with the primitive still holding its record. */
-static inline bool held_by_wait(const iof_fiber *f) {
-  const _Atomic int *c = f->claim;
-  return c && atomic_load_explicit(c, memory_order_acquire) == IOF__CLAIM_OPEN;
-}
-
 int iof_fiber_resume(iof_fiber *f) {
   if (!f || f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
-  if (f->state == IOF_FS_RUNNING || f->queued || held_by_wait(f)) return -EBUSY;
+  if (f->state == IOF_FS_RUNNING || f->queued || iof__fiber_parked(f))
+    return -EBUSY;
   iof_thread_state *th = iof__thread_if_ready();
   if (__builtin_expect(!th, 0)) return resume_first(f);
   return resume_on(th, f);

@@ -75,6 +75,14 @@ struct iof_fiber {
  * its executor. */
 #define IOF__CLAIM_OPEN 1
 
+/* f waits in one of the library's waits that nothing has ended yet:
+ * resuming or posting it would end the wait early, with the primitive
+ * still holding its record. */
+static inline bool iof__fiber_parked(const iof_fiber *f) {
+  const _Atomic int *c = f->claim;
+  return c && atomic_load_explicit(c, memory_order_acquire) == IOF__CLAIM_OPEN;
+}
+
 /* Per-thread state. `root` stands for the thread's own stack. */
 typedef struct iof_thread_state {
   iof_fiber root;

@@ -43,10 +43,11 @@ void iof__report_stuck(const char *what, size_t n) {
 
 /* A fiber already in one of the library's run queues (a second post of a
  * raw fiber, say) would be linked in twice: the intrusive queue would lose
- * the fibers behind it. A finished one has nothing left to run. */
+ * the fibers behind it; one parked in a library wait belongs to it. A
+ * finished one has nothing left to run. */
 static int check_postable(const iof_fiber *h) {
   if (h->state == IOF_FS_DONE || h->state == IOF_FS_FREED) return -EINVAL;
-  return h->queued ? -EBUSY : 0;
+  return h->queued || iof__fiber_parked(h) ? -EBUSY : 0;
 }
 
 iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h) {

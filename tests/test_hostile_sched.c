@@ -541,7 +541,8 @@ static void raw_calls_refuse_queued_launches(void **state) {
 }
 
 /* A launched fiber parked in one of the library's waits belongs to that
- * wait until something claims it: a raw resume is refused, and the wait
+ * wait until something claims it: a raw resume, post or dispatch is
+ * refused, and the wait
  * then ends as it would have (the lock after its holder, the sleep at its
  * deadline, the read with the bytes). */
 typedef struct parked {
@@ -595,7 +596,13 @@ static int park_poker(void *arg) {
   for (int round = 0; round < 2; round++)
     for (int i = 0; i < 3; i++) {
       CHECK_EQ(all[i] != NULL, 1);
-      if (all[i]) CHECK_EQ(iof_fiber_resume(all[i]), -EBUSY);
+      if (!all[i]) continue;
+      CHECK_EQ(iof_fiber_resume(all[i]), -EBUSY);
+      iof_executor_ref ex = iof_env_current()->executor;
+      CHECK_EQ(iof_executor_post(ex, all[i]), -EBUSY);
+      errno = 0;
+      CHECK_EQ(iof_executor_dispatch(ex, all[i]) == NULL, 1);
+      CHECK_EQ(errno, EBUSY);
     }
   CHECK_EQ(p->norder, 0);
   CHECK_EQ(write(p->ws, "ping", 4), 4);

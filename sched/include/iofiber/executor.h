@@ -58,15 +58,16 @@ static inline bool iof_executor_empty(iof_executor_ref ex) {
  * NULL means: errno 0, h was queued; errno ESHUTDOWN, h refused (not
  * queued, the caller keeps it); errno EINVAL, empty ex, NULL or finished
  * h; errno EBUSY, h already waits in a run queue of the library's
- * contexts. errno is always set when NULL is returned, so no stale value
- * can be misread. */
+ * contexts or in one of the library's waits (a lock, sleep, socket...). errno
+ * is always set when NULL is returned, so no stale value can be misread. */
 IOF_API iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h);
 
 /* Queues h; never resumes it before returning; never blocks.
  * 0; -EINVAL (empty ex, NULL h, a finished h, a vtable without post);
  * -EBUSY (h already waits in a run queue of the library's contexts, e.g.
- * posted twice: nothing changes); -ESHUTDOWN (h not queued). dispatch
- * likewise refuses a vtable without dispatch (EINVAL). */
+ * posted twice, or in one of the library's waits: nothing changes); -ESHUTDOWN
+ * (h not queued). dispatch likewise refuses a vtable without dispatch (EINVAL).
+ */
 IOF_API int iof_executor_post(iof_executor_ref ex, iof_fiber *h);
 
 /* Both empty, the same object, or the same vtable and `equal` says so. */
