@@ -330,9 +330,11 @@ int iof__fd_wait_op(iof__fd_op *op, int64_t deadline_ns, bool restart) {
   bool reg = iof__compat_intr_enter(op->fiber, &w.fw.op, restart);
   int r = iof__compat_intr_leave(
       reg, iof__fd_wait_run(&w.fw, iof__compat_io(op->fiber), deadline_ns));
-  if (r == 0 &&
+  /* Closed (and maybe reused) while the wait ended, the deadline's end
+   * too: a message queue's last try would be on the new file. */
+  if ((r == 0 || r == -ETIMEDOUT) &&
       atomic_load_explicit(&op->slot->gen, memory_order_acquire) != op->gen)
-    r = -EBADF; /* closed (and maybe reused) while the wait ended */
+    r = -EBADF;
   return r;
 }
 
@@ -409,13 +411,16 @@ static int wait_fds(iof_fiber *f, const int *fds, const int *events, int n,
   bool reg = iof__compat_intr_enter(f, &w[0].fw.op, restart);
   int r = iof__compat_intr_leave(
       reg, iof__fd_wait_any(fws, n, iof__compat_io(f), deadline_ns));
-  /* Closed (and maybe reused) before or while the wait ended. */
+  /* Closed (and maybe reused) before or while the wait ended. A close
+   * that came after the deadline claimed the wait but before this fiber ran
+   * counts too: the caller's last check would ask the kernel about the
+   * number, which may name another file by now. */
   *closed = 0;
   for (int i = 0; i < n; i++)
     if (w[i].slot &&
         atomic_load_explicit(&w[i].slot->gen, memory_order_acquire) != w[i].gen)
       *closed |= 1u << i;
-  return *closed && (r == 0 || r == -EBADF) ? -EBADF : r;
+  return *closed && (r == 0 || r == -EBADF || r == -ETIMEDOUT) ? -EBADF : r;
 }
 
 int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns, bool restart) {

@@ -460,6 +460,98 @@ static void test_poll_ends_on_close(void **s) {
   close(c.nsv[1]);
 }
 
+/* ---- a close that meets the timeout ----------------------------------------
+ */
+
+/* The timeouts of a poll and a select end their waits on this io thread,
+ * and before either fiber runs again other fibers close the numbers they
+ * waited on. The close came before the calls returned: they answer as for
+ * any close during the wait (POLLNVAL, EBADF), not with the kernel's view
+ * of the number (the old file: the close waits for the waiters to leave
+ * before the number goes; or a file that took it since). The timeouts and
+ * the closers' wake-ups (10 ms earlier) fire in one pass of the loop, held
+ * up by a fiber that blocks the thread: libev runs the earlier timers
+ * first, so the closers are ahead of the waiters in the queue. */
+typedef struct race_ctx {
+  int p[2], s[2];
+  int r_poll, revents, err_poll;
+  int r_sel, err_sel;
+  bool sel_set;
+} race_ctx;
+
+/* Numbers compat knows (the waits link to their slots). */
+static int race_setup(void *arg) {
+  race_ctx *c = arg;
+  CHECK(iof_compat_pipe(c->p) == 0);
+  CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, c->s) == 0);
+  return 0;
+}
+
+static int race_poller(void *arg) {
+  race_ctx *c = arg;
+  struct pollfd f = {c->p[0], POLLIN, 0};
+  errno = 0;
+  c->r_poll = iof_compat_poll(&f, 1, 50);
+  c->err_poll = errno;
+  c->revents = f.revents;
+  return 0;
+}
+
+static int race_selecter(void *arg) {
+  race_ctx *c = arg;
+  fd_set rd;
+  FD_ZERO(&rd);
+  FD_SET(c->s[0], &rd);
+  struct timeval tv = {0, 50 * 1000};
+  errno = 0;
+  c->r_sel = iof_compat_select(c->s[0] + 1, &rd, NULL, NULL, &tv);
+  c->err_sel = errno;
+  c->sel_set = FD_ISSET(c->s[0], &rd);
+  return 0;
+}
+
+/* One closer per number: a close lets the waiters it ends run before it
+ * returns. */
+static int race_closer(void *arg) {
+  int *fd = arg;
+  iof_compat_usleep(40 * 1000);
+  CHECK(iof_compat_close(*fd) == 0);
+  return 0;
+}
+
+/* Blocks the thread (a plain sleep) past every deadline above. */
+static int race_staller(void *arg) {
+  (void)arg;
+  struct timespec ts = {0, 150 * MS};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+  return 0;
+}
+
+static void test_close_meets_timeout(void **s) {
+  (void)s;
+  race_ctx c = {0};
+  iof_io_context *io = new_io();
+  launch(io, race_setup, &c);
+  run_all(io);
+  launch(io, race_poller, &c);
+  launch(io, race_selecter, &c);
+  launch(io, race_closer, &c.p[0]);
+  launch(io, race_closer, &c.s[0]);
+  launch(io, race_staller, NULL);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_no_failures();
+  assert_int_equal(c.r_poll, 1);
+  assert_int_equal(c.revents, POLLNVAL);
+  assert_int_equal(c.err_poll, 0);
+  assert_int_equal(c.r_sel, -1);
+  assert_int_equal(c.err_sel, EBADF);
+  assert_true(c.sel_set); /* the set as given */
+  close(c.p[1]);
+  close(c.s[1]);
+}
+
 /* ---- output-only flags in events keep the single fd wait -----------------
  */
 
@@ -748,6 +840,7 @@ int main(void) {
       T(test_select_many),
       T(test_epoll_wait),
       T(test_poll_ends_on_close),
+      T(test_close_meets_timeout),
       T(test_poll_output_flags_single_fd),
       T(test_poll_select_few_fds_no_epoll_set),
       T(test_select_few_fds_one_closed),
