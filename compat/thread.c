@@ -104,18 +104,33 @@ static void record_retire(iof__cthread *t) {
   iof__lk_unlock(&spares_lk);
 }
 
-/* A cleared record: a spare (cleared under its lock, which a stale caller
- * may hold) or a new one. */
+/* A cleared record, still retired until record_publish: a spare (cleared
+ * under its lock, which a stale caller may hold) or a new one. A stale id
+ * keeps its ESRCH while pthread_create fills the record in: a join that
+ * found it neither retired nor detached there queued on it, and the new
+ * thread, detached, claimed that join at its end and never woke it. */
 static iof__cthread *record_new(void) {
   iof__lk_lock(&spares_lk);
   iof__cthread *t = spares;
   if (t) spares = t->arg;
   iof__lk_unlock(&spares_lk);
-  if (!t) return calloc(1, sizeof *t);
+  if (!t) t = calloc(1, sizeof *t);
+  if (!t) return NULL;
   iof__lk_lock(&t->lk);
   memset((char *)t + sizeof t->lk, 0, sizeof *t - sizeof t->lk);
+  t->retired = true;
   iof__lk_unlock(&t->lk);
   return t;
+}
+
+/* The record set up: its id names it from here. The flags share their
+ * bytes with those stale callers write under the lock. */
+static void record_publish(iof__cthread *t, bool own_stack, bool detached) {
+  iof__lk_lock(&t->lk);
+  t->own_stack = own_stack;
+  t->detached = detached;
+  t->retired = false;
+  iof__lk_unlock(&t->lk);
 }
 
 /* Whether the id is stale: its record was retired. */
@@ -299,7 +314,6 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack,
   if (!alloc) alloc = class_allocator(&stack);
   iof__cthread *t = record_new();
   if (!t) return -ENOMEM;
-  t->own_stack = own_stack;
   /* main (no fiber yet) keeps the values the OS thread has, and gives
    * them back at iof_main's end; a thread created later starts from the
    * initial ones, as a new thread does. */
@@ -311,9 +325,9 @@ int iof__cthread_start(iof_executor_ref ex, size_t stack,
   t->fn = fn;
   t->arg = arg;
   t->on_end = on_end;
-  t->detached = detached;
   t->stack = (uint32_t)stack;
   atomic_init(&t->sigmask, iof__sigmask_current()); /* as pthread_create */
+  record_publish(t, own_stack, detached);
   /* The id is published before the thread can run (it may read it). */
   if (out) *out = (pthread_t)((uintptr_t)t | 1);
   iof_launch_opts o = {0};

@@ -1473,6 +1473,82 @@ static void compat_stale_thread_ids(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* A stale id while pthread_create sets its record up again: a plain
+ * thread joins (with a timeout) the id of a detached thread that ended,
+ * over and over, while a fiber creates detached threads that take the
+ * record back. The join must answer at once (ESRCH: retired; EINVAL:
+ * detached), never queue as the joiner of a record half set up, which the
+ * new thread, detached, claims at its end and never wakes: the join then
+ * hung past its timeout. */
+typedef struct reuse_case {
+  _Atomic(pthread_t) stale;
+  atomic_bool stop;
+  atomic_int joins, odd;
+} reuse_case;
+
+static void *stale_joiner(void *arg) {
+  reuse_case *c = arg;
+  while (!atomic_load(&c->stop)) {
+    pthread_t t = atomic_load(&c->stale);
+    if (!t) continue;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * MS;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    int r = iof_compat_pthread_timedjoin_np(t, NULL, &ts);
+    if (r != ESRCH && r != EINVAL) atomic_fetch_add(&c->odd, 1);
+    atomic_fetch_add(&c->joins, 1);
+  }
+  return NULL;
+}
+
+static int reuse_creator(void *arg) {
+  reuse_case *c = arg;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  /* At most 2 s (slow under TSan): the window is hit within a few
+   * hundred rounds. */
+  int64_t end = iof_now_ns() + 2000 * MS;
+  for (int i = 0; i < 3000 && iof_now_ns() < end; i++) {
+    pthread_t d;
+    CHECK_EQ(iof_compat_pthread_create(&d, &at, ret_arg, NULL), 0);
+    while (iof_compat_pthread_kill(d, 0) == 0) iof_yield(); /* ended */
+    atomic_store(&c->stale, d);
+    /* The joiner gets its turn at the retired record (a hung one never
+     * comes back: the test reports it). */
+    int64_t until = iof_now_ns() + 1000 * MS;
+    int k = atomic_load(&c->joins) + 2;
+    while (atomic_load(&c->joins) < k && iof_now_ns() < until) iof_yield();
+    if (atomic_load(&c->joins) < k) break;
+  }
+  pthread_attr_destroy(&at);
+  return 0;
+}
+
+static void compat_stale_id_meets_reuse(void **state) {
+  (void)state;
+  reuse_case c = {0};
+  pthread_t j;
+  assert_int_equal(pthread_create(&j, NULL, stale_joiner, &c), 0);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  launch(io, reuse_creator, &c);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  atomic_store(&c.stop, true);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += 5;
+  int r = pthread_timedjoin_np(j, NULL, &ts); /* a hung join: ETIMEDOUT */
+  assert_int_equal(r, 0);
+  assert_int_equal(atomic_load(&c.odd), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 /* A thread that has returned but whose end is not yet complete (its key
  * destructors run): its result is no name. getname gives "" and setname
  * changes nothing, neither taking the result for a name (a read of the
@@ -1786,6 +1862,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_recvmsg_waitall_fds, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_stale_thread_ids, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_stale_id_meets_reuse, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(compat_ending_thread_names, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_rwlock_try_busy, reset, disarm),
