@@ -13,6 +13,9 @@
 #include <iofiber/thread_pool.h>
 
 #include <signal.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -125,6 +128,61 @@ static void test_fiber_threads(void **st) {
   assert_false(os_blocks(SIGUSR1)); /* iof_main's thread as it was */
 }
 
+/* ppoll with a mask, ended by a close from another fiber thread while a
+ * signal the mask lets in (the thread blocks it) is pending: the answer is
+ * the closed entry's POLLNVAL, as the kernel's ppoll of a closed number
+ * (a positive count delivers no signal), and the thread's own mask is back
+ * on return: the signal stays pending until the thread unblocks it. */
+static atomic_int usr2_runs;
+static void on_usr2(int sig) {
+  (void)sig;
+  atomic_fetch_add(&usr2_runs, 1);
+}
+
+static void *kill_then_close(void *arg) {
+  int fd = *(int *)arg;
+  iof_sleep_for(30 * MS);
+  kill(getpid(), SIGUSR2); /* seen by the loop only after the close */
+  iof_compat_close(fd);
+  return NULL;
+}
+
+static int ppoll_close_main(void *arg) {
+  (void)arg;
+  sigset_t u = one(SIGUSR2), old;
+  CHECK(iof_compat_pthread_sigmask(SIG_BLOCK, &u, &old) == 0);
+  int sv[2];
+  CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  pthread_t t;
+  CHECK(iof_compat_pthread_create(&t, NULL, kill_then_close, &sv[0]) == 0);
+  struct pollfd f = {sv[0], POLLIN, 0};
+  errno = 0;
+  int r = iof_compat_ppoll(&f, 1, NULL, &old); /* old lets SIGUSR2 in */
+  CHECK(r == 1 && f.revents == POLLNVAL && errno == 0);
+  CHECK(atomic_load(&usr2_runs) == 0);
+  CHECK(own_blocks(SIGUSR2));
+  CHECK(iof_compat_pthread_join(t, NULL) == 0);
+  sigset_t pend;
+  CHECK(sigpending(&pend) == 0 && sigismember(&pend, SIGUSR2) == 1);
+  CHECK(iof_compat_pthread_sigmask(SIG_SETMASK, &old, NULL) == 0);
+  CHECK(atomic_load(&usr2_runs) == 1); /* delivered once unblocked */
+  iof_compat_close(sv[1]);
+  return 0;
+}
+
+static void test_ppoll_mask_on_close(void **st) {
+  (void)st;
+  struct sigaction sa = {0}, prev;
+  sa.sa_handler = on_usr2;
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(SIGUSR2, &sa, &prev), 0);
+  atomic_store(&usr2_runs, 0);
+  assert_int_equal(iof_main(ppoll_close_main, NULL), 0);
+  assert_no_failures();
+  assert_int_equal(sigaction(SIGUSR2, &prev, NULL), 0);
+  assert_false(os_blocks(SIGUSR2));
+}
+
 /* A fiber thread on a thread pool: its own mask, the pool's untouched. */
 static atomic_int pool_ok;
 
@@ -177,6 +235,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_plain_thread, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fiber_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ppoll_mask_on_close, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_pool_fiber_thread, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

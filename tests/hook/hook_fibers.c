@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -469,6 +470,106 @@ static void test_system_child_sees_blocking_fds(void **state) {
   assert_int_equal(c.after, 0);
 }
 
+/* ---- a plain thread cancelled in compat's blocking calls --------------- */
+
+/* compat's cleanup guards (the stdio lock, the fds a wait holds) are for
+ * fiber threads; a plain thread relies on glibc's unwinding, which must
+ * pass through compat's frames and release what glibc's own calls took.
+ * A plain thread cancelled in fgets on a stream a fiber made (compat's
+ * cookie stream), and in waits that hold fds in fibers (poll of many
+ * fds, ppoll with a mask, sigtimedwait, waitpid): the stream's lock is
+ * free after the cancel and no fd is left open. */
+typedef struct cancel_case {
+  int sv[2];
+  FILE *fp;
+  int which;
+  pid_t child;
+} cancel_case;
+
+static int fiber_fdopen(void *arg) {
+  cancel_case *c = arg;
+  c->fp = fdopen(c->sv[0], "r"); /* the fd is the runtime's: a cookie */
+  return c->fp ? 0 : -errno;
+}
+
+static void *cancelled_waiter(void *arg) {
+  cancel_case *c = arg;
+  char line[64];
+  struct pollfd f[10];
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR2);
+  switch (c->which) {
+  case 0:
+    (void)fgets(line, sizeof line, c->fp);
+    break;
+  case 1:
+    for (int i = 0; i < 10; i++)
+      f[i] = (struct pollfd){c->sv[i & 1 ? 1 : 0], i & 1 ? 0 : POLLIN, 0};
+    (void)poll(f, 10, -1);
+    break;
+  case 2: {
+    sigset_t mask;
+    pthread_sigmask(SIG_BLOCK, NULL, &mask);
+    f[0] = (struct pollfd){c->sv[0], POLLIN, 0};
+    (void)ppoll(f, 1, NULL, &mask);
+    break;
+  }
+  case 3:
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    (void)sigwaitinfo(&set, NULL);
+    break;
+  case 4:
+    (void)waitpid(c->child, NULL, 0);
+    break;
+  }
+  return NULL;
+}
+
+static int open_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 1024; fd++) n += fcntl(fd, F_GETFD) >= 0;
+  return n;
+}
+
+static void test_plain_thread_cancelled_in_waits(void **state) {
+  (void)state;
+  cancel_case c = {.fp = NULL};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c.sv), 0);
+  assert_int_equal(hook_run_fibers(1, fiber_fdopen, &c), 0);
+  assert_non_null(c.fp);
+  /* The runtime made it non-blocking: a plain thread's read of the cookie
+   * stream waits in compat (a poll), not in the kernel's read. */
+  assert_int_equal(kernel_nonblock(c.sv[0]), 1);
+  c.child = fork();
+  assert_true(c.child >= 0);
+  if (c.child == 0) {
+    pause();
+    _exit(0);
+  }
+  for (c.which = 0; c.which < 5; c.which++) {
+    int before = open_fds();
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, cancelled_waiter, &c), 0);
+    usleep(50 * 1000); /* it waits */
+    assert_int_equal(pthread_cancel(t), 0);
+    void *res = NULL;
+    assert_int_equal(pthread_join(t, &res), 0);
+    assert_ptr_equal(res, PTHREAD_CANCELED);
+    assert_int_equal(open_fds(), before);
+    assert_int_equal(ftrylockfile(c.fp), 0); /* the stream's lock is free */
+    funlockfile(c.fp);
+  }
+  kill(c.child, SIGKILL);
+  assert_int_equal(waitpid(c.child, NULL, 0), c.child);
+  assert_int_equal(write(c.sv[1], "line\n", 5), 5);
+  char line[16] = "";
+  assert_non_null(fgets(line, sizeof line, c.fp));
+  assert_string_equal(line, "line\n");
+  fclose(c.fp);
+  close(c.sv[1]);
+}
+
 IOF_TEST_WATCHDOG(setup, teardown, 20)
 
 int main(void) {
@@ -488,6 +589,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_libev_write_from_fiber, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_system_child_sees_blocking_fds,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_plain_thread_cancelled_in_waits,
                                       setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
