@@ -1234,7 +1234,9 @@ static int leavers_main(void *arg) {
     CHECK(iof_compat_sem_init(&l->s, 0, 0) == 0);
     if (k == L_MUTEX) CHECK(iof_compat_pthread_mutex_lock(&l->m) == 0);
     if (k == L_RWLOCK) CHECK(iof_compat_pthread_rwlock_rdlock(&l->rw) == 0);
-    l->abs = abs_in(CLOCK_MONOTONIC, 30);
+    /* Room for W and H to reach their places first, even under TSan on a
+     * loaded machine (H must spin before main's wake-up is due). */
+    l->abs = abs_in(CLOCK_MONOTONIC, 200);
     pthread_t t, h;
     CHECK(iof_compat_pthread_create(&t, NULL, leaver_thread, l) == 0);
     CHECK(iof_compat_pthread_create(&h, NULL, hold_thread, l) == 0);
