@@ -393,6 +393,27 @@ static void offload_hashes_on_the_pool(void **state) {
   close(c2);
 }
 
+/* SIGTERM while hashes run on the pool (one thread, three clients, each
+ * hash seconds long at this --rounds): the exit must not wait for the
+ * running one, nor run the queued ones first. */
+static void offload_stops_mid_hash(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"iof-offload", "0", "--rounds", "1000000000",
+                              "--threads",   "1", NULL};
+  start(&p, args);
+  int c[3];
+  for (int i = 0; i < 3; i++) {
+    c[i] = connect_port(p.port);
+    assert_int_equal(write(c[i], "abc\n", 4), 4);
+  }
+  sleep_ms(200); /* the first hash is running, the others queued */
+  int64_t t0 = iof_test_now_ns();
+  assert_int_equal(stop_proc(&p), 0);
+  assert_true(ms_since(t0) < 1000);
+  for (int i = 0; i < 3; i++) close(c[i]);
+}
+
 /* Is prog on PATH? The real-client tests skip without it (scripts/
  * install-deps.sh installs curl and netcat-openbsd). */
 static bool have_tool(const char *prog) {
@@ -590,6 +611,10 @@ static void http_hello_answers_expect_continue(void **state) {
   (void)state;
   skip();
 }
+static void offload_stops_mid_hash(void **state) {
+  (void)state;
+  skip();
+}
 static void chat_tells_a_1mb_line_sender(void **state) {
   (void)state;
   skip();
@@ -619,6 +644,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(offload_hashes_on_the_pool, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(offload_stops_mid_hash, setup, teardown),
       cmocka_unit_test_setup_teardown(http_hello_answers_expect_continue, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(http_hello_chunked_bodies_and_timeouts,
