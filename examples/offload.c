@@ -4,7 +4,8 @@
  *   offload PORT [--host ADDR] [--threads N] [--rounds R]
  *
  * A client sends lines; for each line the server answers with a 64-bit
- * hash of it, as 16 hex digits and a newline. The hash (FNV-1a over the
+ * hash of it, as 16 hex digits and a newline (a line over 4 KiB gets
+ * "error: line too long" and the end). The hash (FNV-1a over the
  * line, then R more rounds over the previous hash's 8 bytes, little
  * endian) is deliberately slow for large R: it runs on a pool of N
  * threads through iof_run, which moves the calling fiber to the pool and
@@ -25,6 +26,7 @@
 #include <iofiber/iofiber.h>
 
 #define MS 1000000LL
+#define LINE_MAX_BYTES 4096 /* a line and its newline; more is refused */
 
 static iof_io_context *io;
 static iof_thread_pool *pool;
@@ -68,15 +70,24 @@ static int hash_job(void *arg) {
   return 0;
 }
 
+/* Reads and drops what the client sends (until the deadline around it). */
+static int drain(void *arg) {
+  char buf[4096];
+  while (iof_read_some(arg, buf, sizeof buf) > 0) {
+  }
+  return 0;
+}
+
 static int session(void *arg) {
   iof_socket *s = arg;
   iof_reader rd;
-  if (iof_reader_init_socket(&rd, s, NULL, 4096) == 0) {
+  if (iof_reader_init_socket(&rd, s, NULL, LINE_MAX_BYTES) == 0) {
     iof_bytes line;
-    while (iof_reader_read_line(&rd, &line) == 1) {
+    int r;
+    while ((r = iof_reader_read_line(&rd, &line)) == 1) {
       /* The view stays valid: nothing reads the reader meanwhile. */
       job j = {line.data, line.len, 0, false};
-      int r = iof_run(iof_thread_pool_executor(pool), NULL, hash_job, &j);
+      r = iof_run(iof_thread_pool_executor(pool), NULL, hash_job, &j);
       if (r < 0) break; /* stopping, or -ESHUTDOWN: the pool is going away */
       char out[64];
       int n = verbose ? snprintf(out, sizeof out, "%016llx %s\n",
@@ -84,8 +95,18 @@ static int session(void *arg) {
                                  j.on_pool ? "pool" : "io")
                       : snprintf(out, sizeof out, "%016llx\n",
                                  (unsigned long long)j.hash);
-      if (iof_write(s, out, (size_t)n) < 0) break;
+      r = (int)iof_write(s, out, (size_t)n);
+      if (r < 0) break;
     }
+    /* A line that does not fit: say so, then stop writing and drop the
+     * rest of it for at most a second. Closing with it unread would make
+     * the kernel send a reset, which destroys the answers still in the
+     * client's receive queue. */
+    static const char too_long[] = "error: line too long\n";
+    if (r == -EMSGSIZE &&
+        iof_write(s, too_long, sizeof too_long - 1) == sizeof too_long - 1 &&
+        iof_socket_shutdown(s, SHUT_WR) == 0)
+      iof_with_deadline(1000 * MS, drain, s);
     iof_reader_destroy(&rd);
   }
   iof_socket_free(s);

@@ -414,6 +414,35 @@ static void offload_stops_mid_hash(void **state) {
   for (int i = 0; i < 3; i++) close(c[i]);
 }
 
+/* Three lines, then one over the 4 KiB limit: the three answers, the
+ * error, then the end. Closing with the long line unread used to make the
+ * kernel send a reset: no word of the error, and answers in flight lost. */
+static void offload_tells_a_long_line_sender(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"iof-offload", "0", "--rounds", "10", NULL};
+  start(&p, args);
+  int c = connect_port(p.port);
+  static char big[100000];
+  memset(big, 'x', sizeof big);
+  big[sizeof big - 1] = '\n';
+  assert_int_equal(write(c, "abc\nabc\nabc\n", 12), 12);
+  assert_int_equal(write(c, big, sizeof big), (ssize_t)sizeof big);
+  char want[128];
+  snprintf(want, sizeof want,
+           "%016llx\n%016llx\n%016llx\nerror: line too long\n",
+           (unsigned long long)offload_hash("abc", 10),
+           (unsigned long long)offload_hash("abc", 10),
+           (unsigned long long)offload_hash("abc", 10));
+  char got[128] = {0};
+  size_t n = strlen(want);
+  assert_int_equal(read_n(c, got, n, 5000), n);
+  assert_string_equal(got, want);
+  assert_int_equal(eof_within(c, 5000), 0);
+  close(c);
+  assert_int_equal(stop_proc(&p), 0);
+}
+
 /* Is prog on PATH? The real-client tests skip without it (scripts/
  * install-deps.sh installs curl and netcat-openbsd). */
 static bool have_tool(const char *prog) {
@@ -615,6 +644,10 @@ static void offload_stops_mid_hash(void **state) {
   (void)state;
   skip();
 }
+static void offload_tells_a_long_line_sender(void **state) {
+  (void)state;
+  skip();
+}
 static void chat_tells_a_1mb_line_sender(void **state) {
   (void)state;
   skip();
@@ -645,6 +678,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(offload_hashes_on_the_pool, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(offload_stops_mid_hash, setup, teardown),
+      cmocka_unit_test_setup_teardown(offload_tells_a_long_line_sender, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(http_hello_answers_expect_continue, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(http_hello_chunked_bodies_and_timeouts,
