@@ -16,8 +16,9 @@
  *   request's headers (an idle keep-alive connection is closed then; one
  *   stuck mid-headers gets 408), and each later wait for its body or for
  *   it to take the response is bounded by the same;
- * - errors: headers larger than the buffer get 431, garbled ones 400, an
- *   unknown transfer coding 501; then the connection is closed gracefully;
+ * - errors: headers larger than the buffer get 431, garbled ones (or
+ *   HTTP/1.1 without exactly one Host) 400, an unknown transfer coding
+ *   501; then the connection is closed gracefully;
  * - the same threading (--threads N: SO_REUSEPORT listeners) and clean
  *   SIGINT/SIGTERM shutdown as echo-server. */
 #include <errno.h>
@@ -97,6 +98,7 @@ static int parse_request(const char *p, size_t n, request *req) {
   p += 10;
   bool conn_close = false, conn_keep = false, have_len = false;
   bool unknown_te = false;
+  int hosts = 0;
   /* Header fields: name ":" OWS value OWS CRLF */
   while (p < end) {
     const char *name = p;
@@ -106,12 +108,14 @@ static int parse_request(const char *p, size_t n, request *req) {
     p++;
     while (*p == ' ' || *p == '\t') p++;
     const char *v = p;
-    while (*p != '\r' && *p != '\n') p++;
-    if (p[0] != '\r' || p[1] != '\n') return 400;
+    while (*p != '\r' && *p != '\n' && *p) p++;
+    if (p[0] != '\r' || p[1] != '\n') return 400; /* also a NUL (RFC 9110) */
     size_t vlen = (size_t)(p - v);
     while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t')) vlen--;
     p += 2;
-    if (name_len == 10 && strncasecmp(name, "connection", 10) == 0) {
+    if (name_len == 4 && strncasecmp(name, "host", 4) == 0) {
+      hosts++;
+    } else if (name_len == 10 && strncasecmp(name, "connection", 10) == 0) {
       conn_close |= has_token(v, vlen, "close");
       conn_keep |= has_token(v, vlen, "keep-alive");
     } else if (name_len == 14 && strncasecmp(name, "content-length", 14) == 0) {
@@ -138,6 +142,8 @@ static int parse_request(const char *p, size_t n, request *req) {
       req->expect_continue = has_token(v, vlen, "100-continue");
     }
   }
+  /* RFC 9112, 3.2: exactly one Host in HTTP/1.1, at most one in 1.0. */
+  if (hosts > 1 || (hosts == 0 && !req->http10)) return 400;
   /* RFC 9110: an HTTP/1.0 client cannot take an interim response. */
   req->expect_continue &= !req->http10;
   req->keep_alive = req->http10 ? conn_keep && !conn_close : !conn_close;

@@ -556,6 +556,40 @@ static void http_hello_chunked_bodies_and_timeouts(void **state) {
   assert_int_equal(stop_proc(&p), 0);
 }
 
+/* RFC 9112 (3.2) and 9110 (5.5) make a server reject an HTTP/1.1
+ * request without a Host field, any request with two, and a NUL in a
+ * field value: 400, not the 200 it used to get. HTTP/1.0 needs no Host. */
+static void http_hello_rejects_host_and_nul(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"iof-http-hello", "0", NULL};
+  start(&p, args);
+  static char all[8192];
+#define REQ(s) s, sizeof s - 1 /* with a NUL inside */
+  static const struct {
+    const char *req;
+    size_t len;
+    const char *status;
+  } cases[] = {
+      {REQ("GET / HTTP/1.1\r\nAccept: */*\r\n\r\n"), "HTTP/1.1 400 "},
+      {REQ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), "HTTP/1.1 400 "},
+      {REQ("GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n"), "HTTP/1.1 400 "},
+      {REQ("GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n"), "HTTP/1.1 400 "},
+      {REQ("GET / HTTP/1.0\r\n\r\n"), "HTTP/1.1 200 OK"},
+  };
+#undef REQ
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int fd = connect_port(p.port);
+    assert_int_equal(write(fd, cases[i].req, cases[i].len),
+                     (ssize_t)cases[i].len);
+    assert_int_equal(count_status(fd, cases[i].status, 2000, all, sizeof all),
+                     1);
+    assert_non_null(strstr(all, "Connection: close"));
+    close(fd);
+  }
+  assert_int_equal(stop_proc(&p), 0);
+}
+
 /* nc sends a 1 MB line to the chat: the sender must read "* line too
  * long" before the end. Closing with the rest of the line unread made the
  * kernel send a reset, which wiped the message from nc's receive queue. */
@@ -656,6 +690,10 @@ static void chat_slow_reader_stalls_nobody(void **state) {
   (void)state;
   skip();
 }
+static void http_hello_rejects_host_and_nul(void **state) {
+  (void)state;
+  skip();
+}
 static void http_hello_chunked_bodies_and_timeouts(void **state) {
   (void)state;
   skip();
@@ -685,6 +723,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(http_hello_chunked_bodies_and_timeouts,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(chat_slow_reader_stalls_nobody, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(http_hello_rejects_host_and_nul, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(chat_tells_a_1mb_line_sender, setup,
                                       teardown),
