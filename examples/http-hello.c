@@ -523,9 +523,12 @@ int main(int argc, char **argv) {
       iof_run_async(iof_io_context_executor(sv[0].io), &opts, watch_signal,
                     &watches[i]);
     }
+    /* A URL to paste: an IPv6 address goes in brackets (RFC 3986). */
+    bool v6 = strchr(host, ':') != NULL;
     fprintf(stderr,
-            "iof-http-hello: listening on http://%s:%s/ (%ld thread%s)\n", host,
-            port_str, threads, threads > 1 ? "s" : "");
+            "iof-http-hello: listening on http://%s%s%s:%s/ (%ld thread%s)\n",
+            v6 ? "[" : "", host, v6 ? "]" : "", port_str, threads,
+            threads > 1 ? "s" : "");
     long started = 1;
     for (; started < threads; started++)
       if (pthread_create(&sv[started].thread, NULL, run_thread, &sv[started]) !=

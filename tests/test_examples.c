@@ -82,6 +82,8 @@ static void start_limited(proc *p, const char *const *args, rlim_t nofile) {
   assert_non_null(at);
   at += strlen("listening on ");
   if (strncmp(at, "http://", 7) == 0) at += 7; /* iof-http-hello */
+  if (*at == '[') at = strchr(at, ']');        /* an IPv6 address */
+  assert_non_null(at);
   char *colon = strchr(at, ':');
   assert_non_null(colon);
   p->port = atoi(colon + 1);
@@ -590,6 +592,34 @@ static void http_hello_rejects_host_and_nul(void **state) {
   assert_int_equal(stop_proc(&p), 0);
 }
 
+/* On an IPv6 address the "listening on" line is a URL curl can use:
+ * http://[::1]:PORT/, not http://::1:PORT/. */
+static void http_hello_prints_an_ipv6_url(void **state) {
+  (void)state;
+  int probe = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in6 a = {0};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  bool v6 = probe >= 0 && bind(probe, (struct sockaddr *)&a, sizeof a) == 0;
+  if (probe >= 0) close(probe);
+  if (!v6 || !have_tool("curl")) skip();
+  proc p;
+  const char *const args[] = {"iof-http-hello", "0", "--host", "::1", NULL};
+  start(&p, args);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd,
+           "curl --noproxy '*' -g -s -m 5 -o /dev/null -w '%%{http_code}' "
+           "http://[::1]:%d/",
+           p.port);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  int code = 0;
+  assert_int_equal(fscanf(f, "%d", &code), 1);
+  assert_int_equal(pclose(f), 0);
+  assert_int_equal(code, 200);
+  assert_int_equal(stop_proc(&p), 0);
+}
+
 /* nc sends a 1 MB line to the chat: the sender must read "* line too
  * long" before the end. Closing with the rest of the line unread made the
  * kernel send a reset, which wiped the message from nc's receive queue. */
@@ -694,6 +724,10 @@ static void http_hello_rejects_host_and_nul(void **state) {
   (void)state;
   skip();
 }
+static void http_hello_prints_an_ipv6_url(void **state) {
+  (void)state;
+  skip();
+}
 static void http_hello_chunked_bodies_and_timeouts(void **state) {
   (void)state;
   skip();
@@ -725,6 +759,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(chat_slow_reader_stalls_nobody, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(http_hello_rejects_host_and_nul, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(http_hello_prints_an_ipv6_url, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(chat_tells_a_1mb_line_sender, setup,
                                       teardown),
