@@ -263,7 +263,8 @@ static int acceptor(void *arg) {
       /* Once per kind of error: out of descriptors, this loop comes back
        * every 20 ms for as long as it lasts. */
       if (r != reported)
-        fprintf(stderr, "chat: accept: %s (backing off)\n", iof_strerror(r));
+        fprintf(stderr, "iof-chat: accept: %s (backing off)\n",
+                iof_strerror(r));
       reported = r;
       if (iof_sleep_for(20 * MS) < 0) break;
       continue;
@@ -334,14 +335,14 @@ int main(int argc, char **argv) {
       break;
     case 'm':
       if (!parse_long(optarg, 16, 1 << 20, &v)) {
-        fprintf(stderr, "chat: --max-line wants 16..%d\n", 1 << 20);
+        fprintf(stderr, "iof-chat: --max-line wants 16..%d\n", 1 << 20);
         return 2;
       }
       max_line = (size_t)v;
       break;
     case 'i':
       if (!parse_long(optarg, 1, 86400000, &idle_ms)) {
-        fprintf(stderr, "chat: --idle wants 1..86400000\n");
+        fprintf(stderr, "iof-chat: --idle wants 1..86400000\n");
         return 2;
       }
       break;
@@ -363,7 +364,7 @@ int main(int argc, char **argv) {
   iof_socket *listener;
   int r = iof_tcp_listen(io, host, argv[optind], 0, 0, &listener);
   if (r < 0) {
-    fprintf(stderr, "chat: listen on %s:%s: %s\n", host, argv[optind],
+    fprintf(stderr, "iof-chat: listen on %s:%s: %s\n", host, argv[optind],
             iof_strerror(r));
     iof_io_context_destroy(io);
     return 1;
@@ -374,7 +375,7 @@ int main(int argc, char **argv) {
   iof_run_async(iof_io_context_executor(io), &opts, acceptor, listener);
   for (int i = 0; i < 2; i++)
     iof_run_async(iof_io_context_executor(io), &opts, watch_signal, &sigs[i]);
-  fprintf(stderr, "chat: listening on %s:%d\n", host,
+  fprintf(stderr, "iof-chat: listening on %s:%d\n", host,
           iof_socket_local_port(listener));
   iof_io_context_run(io); /* returns once every client has left */
   iof_io_context_destroy(io);

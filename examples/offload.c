@@ -126,7 +126,8 @@ static int acceptor(void *arg) {
       /* Once per kind of error: out of descriptors, this loop comes back
        * every 20 ms for as long as it lasts. */
       if (r != reported)
-        fprintf(stderr, "offload: accept: %s (backing off)\n", iof_strerror(r));
+        fprintf(stderr, "iof-offload: accept: %s (backing off)\n",
+                iof_strerror(r));
       reported = r;
       if (iof_sleep_for(20 * MS) < 0) break;
       continue;
@@ -188,13 +189,13 @@ int main(int argc, char **argv) {
       break;
     case 't':
       if (!parse_long(optarg, 1, 256, &threads)) {
-        fprintf(stderr, "offload: --threads wants 1..256\n");
+        fprintf(stderr, "iof-offload: --threads wants 1..256\n");
         return 2;
       }
       break;
     case 'r':
       if (!parse_long(optarg, 0, 1000000000, &rounds)) {
-        fprintf(stderr, "offload: --rounds wants 0..1000000000\n");
+        fprintf(stderr, "iof-offload: --rounds wants 0..1000000000\n");
         return 2;
       }
       break;
@@ -218,13 +219,13 @@ int main(int argc, char **argv) {
   io = iof_io_context_create();
   pool = iof_thread_pool_create((size_t)threads);
   if (!io || !pool) {
-    fprintf(stderr, "offload: %s\n", iof_strerror(-errno));
+    fprintf(stderr, "iof-offload: %s\n", iof_strerror(-errno));
     return 1;
   }
   iof_socket *listener;
   int r = iof_tcp_listen(io, host, argv[optind], 0, 0, &listener);
   if (r < 0) {
-    fprintf(stderr, "offload: listen on %s:%s: %s\n", host, argv[optind],
+    fprintf(stderr, "iof-offload: listen on %s:%s: %s\n", host, argv[optind],
             iof_strerror(r));
     iof_thread_pool_destroy(pool);
     iof_io_context_destroy(io);
@@ -236,7 +237,7 @@ int main(int argc, char **argv) {
   iof_run_async(iof_io_context_executor(io), &opts, acceptor, listener);
   for (int i = 0; i < 2; i++)
     iof_run_async(iof_io_context_executor(io), &opts, watch_signal, &sigs[i]);
-  fprintf(stderr, "offload: listening on %s:%d (%ld pool threads)\n", host,
+  fprintf(stderr, "iof-offload: listening on %s:%d (%ld pool threads)\n", host,
           iof_socket_local_port(listener), threads);
   iof_io_context_run(io); /* returns once every fiber is done */
   iof_thread_pool_destroy(pool);

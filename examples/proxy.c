@@ -40,8 +40,8 @@ static int connection(void *arg) {
      * last one fails here (and is closed, which frees the descriptor: a
      * client waiting for one would hold it while the others wait too). */
     if (r != -ECANCELED && r != connect_reported)
-      fprintf(stderr, "proxy: connect to %s:%s: %s\n", target_host, target_port,
-              iof_strerror(r));
+      fprintf(stderr, "iof-proxy: connect to %s:%s: %s\n", target_host,
+              target_port, iof_strerror(r));
     connect_reported = r;
     iof_socket_free(client);
     return r;
@@ -56,7 +56,8 @@ static int connection(void *arg) {
   r = iof_stream_relay(iof_socket_stream_init(&cs, client),
                        iof_socket_stream_init(&ss, server), &opts, &up, &down);
   if (verbose)
-    fprintf(stderr, "proxy: connection done: %llu bytes up, %llu down (%s)\n",
+    fprintf(stderr,
+            "iof-proxy: connection done: %llu bytes up, %llu down (%s)\n",
             (unsigned long long)up, (unsigned long long)down,
             r == 0 ? "closed" : iof_strerror(r));
   iof_socket_free(server);
@@ -77,7 +78,8 @@ static int acceptor(void *arg) {
       /* Once per kind of error: out of descriptors, this loop comes back
        * every 20 ms for as long as it lasts. */
       if (r != reported)
-        fprintf(stderr, "proxy: accept: %s (backing off)\n", iof_strerror(r));
+        fprintf(stderr, "iof-proxy: accept: %s (backing off)\n",
+                iof_strerror(r));
       reported = r;
       if (iof_sleep_for(20 * MS) < 0) break;
       continue;
@@ -141,13 +143,13 @@ int main(int argc, char **argv) {
       break;
     case 'i':
       if (!parse_long(optarg, 1, 86400000, &idle_ms)) {
-        fprintf(stderr, "proxy: --idle wants 1..86400000\n");
+        fprintf(stderr, "iof-proxy: --idle wants 1..86400000\n");
         return 2;
       }
       break;
     case 'c':
       if (!parse_long(optarg, 1, 86400000, &connect_ms)) {
-        fprintf(stderr, "proxy: --connect-timeout wants 1..86400000\n");
+        fprintf(stderr, "iof-proxy: --connect-timeout wants 1..86400000\n");
         return 2;
       }
       break;
@@ -176,7 +178,7 @@ int main(int argc, char **argv) {
   iof_socket *listener;
   int r = iof_tcp_listen(io, host, argv[optind], 0, 0, &listener);
   if (r < 0) {
-    fprintf(stderr, "proxy: listen on %s:%s: %s\n", host, argv[optind],
+    fprintf(stderr, "iof-proxy: listen on %s:%s: %s\n", host, argv[optind],
             iof_strerror(r));
     iof_io_context_destroy(io);
     return 1;
@@ -187,7 +189,7 @@ int main(int argc, char **argv) {
   iof_run_async(iof_io_context_executor(io), &opts, acceptor, listener);
   for (int i = 0; i < 2; i++)
     iof_run_async(iof_io_context_executor(io), &opts, watch_signal, &sigs[i]);
-  fprintf(stderr, "proxy: listening on %s:%d, relaying to %s:%s\n", host,
+  fprintf(stderr, "iof-proxy: listening on %s:%d, relaying to %s:%s\n", host,
           iof_socket_local_port(listener), target_host, target_port);
   iof_io_context_run(io); /* returns once everything has unwound */
   iof_io_context_destroy(io);
