@@ -2,11 +2,15 @@
  * blocking style.
  *
  *   echo-server PORT [--host ADDR] [--buffer BYTES] [--threads N]
+ *               [--idle MS]
  *
  * Every connection gets its own fiber that loops "read what is there, write
  * it back" until the peer closes. With --threads N, N io_contexts run on N
  * threads, each with its own SO_REUSEPORT listener on the same port: the
- * kernel spreads new connections over them.
+ * kernel spreads new connections over them. With --idle MS a connection
+ * that neither sends nor takes its echo for MS ms is closed (a timeout on
+ * each wait of its socket); without it, waits have no limit and stay on
+ * the fastest path.
  *
  * SIGINT or SIGTERM stops the server cleanly: one shared stop source is
  * requested, every fiber was launched with its token, so each blocked
@@ -36,15 +40,17 @@ typedef struct server {
 
 static iof_stop_source stop;      /* requested on SIGINT/SIGTERM */
 static size_t buffer_size = 4096; /* --buffer */
+static int64_t idle_ns;           /* --idle; 0: none */
 
 /* ---- the server proper ------------------------------------------------- */
 
 static int connection(void *arg) {
   iof_socket *sock = arg;
+  if (idle_ns) iof_socket_set_timeout(sock, IOF_READ | IOF_WRITE, idle_ns);
   char *buf = malloc(buffer_size);
   while (buf) {
     ssize_t n = iof_read_some(sock, buf, buffer_size);
-    if (n <= 0) break; /* 0: peer closed; < 0: reset, or -ECANCELED on stop */
+    if (n <= 0) break; /* 0: closed; < 0: reset, idle, -ECANCELED on stop */
     if (iof_write(sock, buf, (size_t)n) < 0) break;
   }
   free(buf);
@@ -118,7 +124,7 @@ static void *run_thread(void *arg) {
 
 static void usage(FILE *out) {
   fprintf(out, "usage: iof-echo-server PORT [--host ADDR] [--buffer BYTES] "
-               "[--threads N]\n"
+               "[--threads N] [--idle MS]\n"
                "\n"
                "TCP echo server: one fiber per connection.\n"
                "\n"
@@ -126,6 +132,8 @@ static void usage(FILE *out) {
                "  --buffer BYTES  read buffer per connection (default 4096)\n"
                "  --threads N     N io_contexts on N threads, SO_REUSEPORT\n"
                "                  listeners (default 1)\n"
+               "  --idle MS       close a connection that neither sends nor\n"
+               "                  reads for MS ms (default: never)\n"
                "  --help          show this help\n"
                "\n"
                "SIGINT or SIGTERM stops it (exit status 0).\n");
@@ -147,6 +155,7 @@ int main(int argc, char **argv) {
       {"host", required_argument, NULL, 'H'},
       {"buffer", required_argument, NULL, 'b'},
       {"threads", required_argument, NULL, 't'},
+      {"idle", required_argument, NULL, 'i'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int c;
@@ -168,6 +177,15 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'i': {
+      long ms;
+      if (!parse_long(optarg, 1, 86400000, &ms)) {
+        fprintf(stderr, "iof-echo-server: --idle wants 1..86400000\n");
+        return 2;
+      }
+      idle_ns = ms * 1000000LL;
+      break;
+    }
     case 'h':
       usage(stdout);
       return 0;

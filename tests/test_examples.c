@@ -349,6 +349,40 @@ static void chat_slow_reader_stalls_nobody(void **state) {
   close(c);
 }
 
+/* iof-echo-server --idle: a quiet client and one that sends but never
+ * reads its echo are both closed at about the limit; a busy one is not. */
+static void echo_server_idle_closes(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"iof-echo-server", "0", "--idle", "300", NULL};
+  start(&p, args);
+  int quiet = connect_port(p.port), hog = connect_port(p.port);
+  int busy = connect_port(p.port);
+  char got[4];
+  assert_int_equal(write(quiet, "abc", 3), 3);
+  assert_int_equal(read_n(quiet, got, 3, 2000), 3);
+  fcntl(hog, F_SETFL, O_NONBLOCK);
+  static char big[1 << 20];
+  for (int i = 0; i < 64 && write(hog, big, sizeof big) > 0; i++) {
+  }
+  uint64_t t0 = iof_test_now_ns();
+  for (int i = 0; i < 8; i++) { /* 800 ms of traffic, 100 ms apart */
+    assert_int_equal(write(busy, "x", 1), 1);
+    assert_int_equal(read_n(busy, got, 1, 2000), 1);
+    sleep_ms(100);
+  }
+  assert_int_equal(eof_within(quiet, 3000), 0);
+  assert_int_equal(eof_within(hog, 3000), 0);
+  uint64_t ms = (iof_test_now_ns() - t0) / 1000000;
+  assert_true(ms < 3000);
+  assert_int_equal(write(busy, "y", 1), 1); /* still served */
+  assert_int_equal(read_n(busy, got, 1, 2000), 1);
+  assert_int_equal(stop_proc(&p), 0);
+  close(quiet);
+  close(hog);
+  close(busy);
+}
+
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
   for (size_t i = 0; i < n; i++) {
@@ -736,6 +770,10 @@ static void servers_report_emfile_once(void **state) {
   (void)state;
   skip();
 }
+static void echo_server_idle_closes(void **state) {
+  (void)state;
+  skip();
+}
 
 #endif
 
@@ -766,6 +804,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(servers_report_emfile_once, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(echo_server_idle_closes, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
