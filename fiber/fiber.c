@@ -616,7 +616,10 @@ int iof_fiber_transfer(iof_fiber *next) {
   if (self == &th->root) return -EPERM;
   if (!next || next->state == IOF_FS_DONE || next->state == IOF_FS_FREED)
     return -EINVAL;
-  if (next->state == IOF_FS_RUNNING) return -EBUSY;
+  /* As iof_fiber_resume: a fiber in a run queue belongs to that queue's
+   * context, one parked in a library wait to whoever ends the wait. */
+  if (next->state == IOF_FS_RUNNING || next->queued || iof__fiber_parked(next))
+    return -EBUSY;
   next->resumer = self->resumer;
   set_state(&next->state, IOF_FS_RUNNING);
   return switch_to(th, self, next, SW_SUSPEND, NULL, NULL);

@@ -548,6 +548,8 @@ static void raw_calls_refuse_queued_launches(void **state) {
 typedef struct parked {
   iof_mutex m;
   iof_fiber *locker, *sleeper, *reader;
+  iof_fiber *raw; /* posted to io by the poker: queued there */
+  int raw_ran;
   iof_socket *rs;
   int ws;               /* the other end of rs */
   int order[4], norder; /* 1: holder unlocks, 2: locker got the lock */
@@ -589,6 +591,11 @@ static int park_reader(void *arg) {
   return 0;
 }
 
+static int park_raw(void *arg) {
+  ((parked *)arg)->raw_ran++;
+  return 0;
+}
+
 static int park_poker(void *arg) {
   parked *p = arg;
   CHECK_EQ(iof_sleep_for(5 * 1000000), 0);
@@ -598,6 +605,8 @@ static int park_poker(void *arg) {
       CHECK_EQ(all[i] != NULL, 1);
       if (!all[i]) continue;
       CHECK_EQ(iof_fiber_resume(all[i]), -EBUSY);
+      /* A symmetric transfer would end the wait just as early. */
+      CHECK_EQ(iof_fiber_transfer(all[i]), -EBUSY);
       iof_executor_ref ex = iof_env_current()->executor;
       CHECK_EQ(iof_executor_post(ex, all[i]), -EBUSY);
       errno = 0;
@@ -605,6 +614,14 @@ static int park_poker(void *arg) {
       CHECK_EQ(errno, EBUSY);
     }
   CHECK_EQ(p->norder, 0);
+  /* A raw fiber in io's run queue belongs to it: no transfer either. */
+  p->raw = iof_fiber_create(NULL, 0, park_raw, p);
+  CHECK_EQ(p->raw != NULL, 1);
+  if (p->raw) {
+    CHECK_EQ(iof_executor_post(iof_env_current()->executor, p->raw), 0);
+    CHECK_EQ(iof_fiber_transfer(p->raw), -EBUSY);
+    CHECK_EQ(p->raw_ran, 0);
+  }
   CHECK_EQ(write(p->ws, "ping", 4), 4);
   return 0;
 }
@@ -631,6 +648,8 @@ static void raw_resume_refuses_parked_fibers(void **state) {
   assert_int_equal(p.order[1], 2);
   assert_true(p.slept_ns >= 40 * 1000000);
   assert_memory_equal(p.got, "ping", 4);
+  assert_int_equal(p.raw_ran, 1);
+  assert_int_equal(iof_fiber_destroy(p.raw), 0);
   assert_int_equal(iof_socket_free(p.rs), 0);
   close(sv[1]);
   assert_int_equal(iof_io_context_destroy(io), 0);

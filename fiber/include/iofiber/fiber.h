@@ -88,7 +88,9 @@ IOF_API int iof_fiber_suspend_with(iof_fiber_hook hook, void *arg);
 /* Symmetric transfer: suspends the running fiber and switches directly to
  * `next`, which takes over the running fiber's resumer. 0 when resumed;
  * -EPERM outside a fiber; -EINVAL if next is NULL or finished, -EBUSY if it
- * is running (itself included). */
+ * is running (itself included) or is one iof_fiber_resume refuses with
+ * -EBUSY (queued in one of the library's contexts, or parked in one of its
+ * waits). */
 IOF_API int iof_fiber_transfer(iof_fiber *next);
 
 #ifdef __cplusplus
