@@ -135,9 +135,11 @@ static int parse_request(const char *p, size_t n, request *req) {
       const char *tail = v + last;
       size_t tlen = vlen - last;
       while (tlen && (*tail == ' ' || *tail == '\t')) tail++, tlen--;
-      bool identity = tlen == 8 && strncasecmp(tail, "identity", 8) == 0;
+      /* Anything else last ("identity" included, which RFC 9112 no longer
+       * knows) leaves the body's length unknown: a Content-Length beside
+       * it must not be trusted instead (RFC 9112, 6.3). */
       req->chunked = tlen == 7 && strncasecmp(tail, "chunked", 7) == 0;
-      unknown_te = !req->chunked && !identity;
+      unknown_te = !req->chunked;
     } else if (name_len == 6 && strncasecmp(name, "expect", 6) == 0) {
       req->expect_continue = has_token(v, vlen, "100-continue");
     }
