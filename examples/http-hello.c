@@ -97,7 +97,7 @@ static int parse_request(const char *p, size_t n, request *req) {
   req->http10 = p[7] == '0';
   p += 10;
   bool conn_close = false, conn_keep = false, have_len = false;
-  bool unknown_te = false;
+  bool unknown_te = false, have_te = false;
   int hosts = 0;
   /* Header fields: name ":" OWS value OWS CRLF */
   while (p < end) {
@@ -139,6 +139,7 @@ static int parse_request(const char *p, size_t n, request *req) {
        * knows) leaves the body's length unknown: a Content-Length beside
        * it must not be trusted instead (RFC 9112, 6.3). */
       req->chunked = tlen == 7 && strncasecmp(tail, "chunked", 7) == 0;
+      have_te = true;
       unknown_te = !req->chunked;
     } else if (name_len == 6 && strncasecmp(name, "expect", 6) == 0) {
       req->expect_continue = has_token(v, vlen, "100-continue");
@@ -150,6 +151,9 @@ static int parse_request(const char *p, size_t n, request *req) {
   req->expect_continue &= !req->http10;
   req->keep_alive = req->http10 ? conn_keep && !conn_close : !conn_close;
   if (unknown_te) return 501;
+  /* RFC 9112, 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty
+   * framing (1.0 has no chunks): answered, then the connection closes. */
+  if (have_te && req->http10) req->keep_alive = false;
   if (req->chunked && have_len) {
     /* Both framings: the chunks win, and the connection cannot be trusted
      * for a next request (RFC 9112, 6.3). */

@@ -548,6 +548,7 @@ static void http_hello_chunked_bodies_and_timeouts(void **state) {
   const char *const args[] = {"iof-http-hello", "0", "--timeout", "300", NULL};
   start(&p, args);
   static char all[8192];
+  int64_t t0;
 
   int fd = connect_port(p.port);
   send_str(fd, "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
@@ -593,9 +594,22 @@ static void http_hello_chunked_bodies_and_timeouts(void **state) {
     close(fd);
   }
 
+  /* HTTP/1.0 knows no chunks: a Transfer-Encoding there is faulty framing
+   * (RFC 9112, 6.1), so the connection closes after the response, even
+   * with keep-alive asked for (it used to stay open, reading on after
+   * framing it cannot trust). */
+  fd = connect_port(p.port);
+  send_str(fd, "POST / HTTP/1.0\r\nConnection: keep-alive\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  t0 = iof_test_now_ns();
+  assert_int_equal(count_status(fd, "HTTP/1.1 200 ", 2000, all, sizeof all), 1);
+  assert_non_null(strstr(all, "Connection: close\r\n"));
+  assert_true(ms_since(t0) < 250); /* closed at once, not at --timeout */
+  close(fd);
+
   /* Mid-headers: 408 after about 300 ms, then the close. */
   fd = connect_port(p.port);
-  int64_t t0 = iof_test_now_ns();
+  t0 = iof_test_now_ns();
   send_str(fd, "GET / HTTP/1.1\r\nHost: x\r\n");
   assert_int_equal(count_status(fd, "HTTP/1.1 408 ", 3000, all, sizeof all), 1);
   int64_t ms = (iof_test_now_ns() - t0) / 1000000;
