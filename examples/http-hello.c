@@ -251,9 +251,11 @@ static int skip_chunked(conn *c) {
       if (size > UINT64_MAX >> 4) return -400;
       size = size << 4 | (uint64_t)d;
     }
-    char after = c->in[i];
-    if (!i || (after != '\r' && after != ';' && after != ' ' && after != '\t'))
-      return -400;
+    /* chunk-size [ BWS ";" chunk-ext ] CRLF: after the digits and any
+     * blanks, only an extension or the line's end ("5 6" is no size 5). */
+    size_t j = i;
+    while (c->in[j] == ' ' || c->in[j] == '\t') j++;
+    if (!i || (c->in[j] != ';' && j != (size_t)n - 2)) return -400;
     consume(c, (size_t)n);
     if (!size) break;
     int r = skip_body(c, size);
