@@ -46,6 +46,8 @@ typedef struct client {
   iof_chan *outbox; /* msg * for the writer; closed when the reader ends */
   size_t queued;    /* bytes in the outbox */
   bool dropped;     /* shut down already (too slow, or a write failed) */
+  msg *cur;         /* the message the writer is sending, and how much of */
+  size_t sent;      /* it went: a stop mid-write finishes it shielded */
   int end;          /* why the reader ended (-EMSGSIZE: line too long) */
   char name[32];
 } client;
@@ -125,18 +127,30 @@ static void announce(client *from, const char *text) {
 
 /* ---- the writing fiber ------------------------------------------------ */
 
-static void write_msg(client *c, msg *m) {
-  c->queued -= m->len;
-  if (!c->dropped && iof_write(c->sock, m->data, m->len) < 0) drop(c);
-  msg_unref(m);
-}
-
-/* Sends what is queued until the reader closes the outbox. */
+/* Sends what is queued until the reader closes the outbox. A stop request
+ * (-ECANCELED) leaves the message in progress in c->cur, for the shielded
+ * pass to finish: cut there, the client would get half a line and then,
+ * dropped, none of what follows (the goodbye included). */
 static int send_queued(void *arg) {
   client *c = arg;
-  msg *m;
-  while (iof_chan_recv(c->outbox, &m) == 0) write_msg(c, m);
-  return 0;
+  for (;;) {
+    if (!c->cur) {
+      if (iof_chan_recv(c->outbox, &c->cur) < 0) return 0;
+      c->sent = 0;
+      c->queued -= c->cur->len;
+    }
+    msg *m = c->cur;
+    while (!c->dropped && c->sent < m->len) {
+      ssize_t n = iof_write_some(c->sock, m->data + c->sent, m->len - c->sent);
+      if (n == -ECANCELED) return (int)n;
+      if (n < 0)
+        drop(c);
+      else
+        c->sent += (size_t)n;
+    }
+    c->cur = NULL;
+    msg_unref(m);
+  }
 }
 
 static int writer(void *arg) {
@@ -146,6 +160,11 @@ static int writer(void *arg) {
    * cannot hold the shutdown. */
   if (iof_stop_requested(iof_stop_source_token(&stop)))
     iof_shield_for(2000 * MS, send_queued, c);
+  if (c->cur) { /* the shield's time ran out mid-write */
+    drop(c);
+    msg_unref(c->cur);
+    c->cur = NULL;
+  }
   return 0;
 }
 
