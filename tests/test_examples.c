@@ -117,15 +117,24 @@ static int stop_proc(proc *p) {
   return wait_exit(p);
 }
 
-static int connect_port(int port) {
+/* Connects to 127.0.0.1:port; rcvbuf > 0 sets SO_RCVBUF first (a client
+ * that reads slowly, or not at all, fills up sooner). */
+static int connect_port_rcvbuf(int port, int rcvbuf) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   assert_true(fd >= 0);
+  if (rcvbuf > 0)
+    assert_int_equal(
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0);
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons((uint16_t)port);
   assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
   return fd;
+}
+
+static int connect_port(int port) {
+  return connect_port_rcvbuf(port, 0);
 }
 
 static int listen_any(int *port) {
@@ -301,15 +310,7 @@ static void chat_slow_reader_stalls_nobody(void **state) {
   proc p;
   const char *const args[] = {"iof-chat", "0", "--max-line", "65536", NULL};
   start(&p, args);
-  int a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int small = 4096;
-  assert_int_equal(setsockopt(a, SOL_SOCKET, SO_RCVBUF, &small, sizeof small),
-                   0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = htons((uint16_t)p.port);
-  assert_int_equal(connect(a, (struct sockaddr *)&sa, sizeof sa), 0);
+  int a = connect_port_rcvbuf(p.port, 4096);
   expect_line(a, "* you are user1");
   int b = connect_port(p.port);
   expect_line(b, "* you are user2");
@@ -394,15 +395,7 @@ static void chat_goodbye_reaches_a_client_behind(void **state) {
   proc p;
   const char *const args[] = {"iof-chat", "0", NULL};
   start(&p, args);
-  int a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int small = 4096;
-  assert_int_equal(setsockopt(a, SOL_SOCKET, SO_RCVBUF, &small, sizeof small),
-                   0);
-  struct sockaddr_in sa = {0};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = htons((uint16_t)p.port);
-  assert_int_equal(connect(a, (struct sockaddr *)&sa, sizeof sa), 0);
+  int a = connect_port_rcvbuf(p.port, 4096);
   expect_line(a, "* you are user1");
   int b = connect_port(p.port);
   expect_line(b, "* you are user2");
