@@ -543,9 +543,10 @@ __attribute__((noinline, cold)) static int resume_first(iof_fiber *f) {
 }
 
 int iof_fiber_resume(iof_fiber *f) {
-  if (!f || f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
-  if (f->state == IOF_FS_RUNNING || f->queued || iof__fiber_parked(f))
-    return -EBUSY;
+  if (!f) return -EINVAL;
+  int bad = iof__fiber_handover_check(f);
+  if (bad) return bad;
+  if (f->state == IOF_FS_RUNNING) return -EBUSY;
   iof_thread_state *th = iof__thread_if_ready();
   if (__builtin_expect(!th, 0)) return resume_first(f);
   return resume_on(th, f);
@@ -614,12 +615,10 @@ int iof_fiber_transfer(iof_fiber *next) {
   iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   if (self == &th->root) return -EPERM;
-  if (!next || next->state == IOF_FS_DONE || next->state == IOF_FS_FREED)
-    return -EINVAL;
-  /* As iof_fiber_resume: a fiber in a run queue belongs to that queue's
-   * context, one parked in a library wait to whoever ends the wait. */
-  if (next->state == IOF_FS_RUNNING || next->queued || iof__fiber_parked(next))
-    return -EBUSY;
+  if (!next) return -EINVAL;
+  int bad = iof__fiber_handover_check(next);
+  if (bad) return bad;
+  if (next->state == IOF_FS_RUNNING) return -EBUSY;
   next->resumer = self->resumer;
   set_state(&next->state, IOF_FS_RUNNING);
   return switch_to(th, self, next, SW_SUSPEND, NULL, NULL);

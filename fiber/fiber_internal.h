@@ -3,6 +3,7 @@
 #define IOF_FIBER_INTERNAL_H
 
 #include <iofiber/fiber.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -81,6 +82,16 @@ struct iof_fiber {
 static inline bool iof__fiber_parked(const iof_fiber *f) {
   const _Atomic int *c = f->claim;
   return c && atomic_load_explicit(c, memory_order_acquire) == IOF__CLAIM_OPEN;
+}
+
+/* Whether a public call may hand f (not NULL) on to run: -EINVAL once it
+ * finished; -EBUSY while it sits in one of the library's run queues (a
+ * second link would lose the fibers behind it) or is parked in one of its
+ * waits; else 0. Resume and transfer also refuse a running f; a post may
+ * queue one (a fiber posting itself). */
+static inline int iof__fiber_handover_check(const iof_fiber *f) {
+  if (f->state == IOF_FS_DONE || f->state == IOF_FS_FREED) return -EINVAL;
+  return f->queued || iof__fiber_parked(f) ? -EBUSY : 0;
 }
 
 /* Per-thread state. `root` stands for the thread's own stack. */

@@ -41,21 +41,12 @@ void iof__report_stuck(const char *what, size_t n) {
           what, n);
 }
 
-/* A fiber already in one of the library's run queues (a second post of a
- * raw fiber, say) would be linked in twice: the intrusive queue would lose
- * the fibers behind it; one parked in a library wait belongs to it. A
- * finished one has nothing left to run. */
-static int check_postable(const iof_fiber *h) {
-  if (h->state == IOF_FS_DONE || h->state == IOF_FS_FREED) return -EINVAL;
-  return h->queued || iof__fiber_parked(h) ? -EBUSY : 0;
-}
-
 iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h) {
   if (!ex.vt || !h || !ex.vt->dispatch) {
     errno = EINVAL;
     return NULL;
   }
-  int bad = check_postable(h);
+  int bad = iof__fiber_handover_check(h);
   if (bad < 0) {
     errno = -bad;
     return NULL;
@@ -69,7 +60,7 @@ iof_fiber *iof_executor_dispatch(iof_executor_ref ex, iof_fiber *h) {
 
 int iof_executor_post(iof_executor_ref ex, iof_fiber *h) {
   if (!ex.vt || !h || !ex.vt->post) return -EINVAL;
-  int bad = check_postable(h);
+  int bad = iof__fiber_handover_check(h);
   if (bad < 0) return bad;
   return ex.vt->post(ex.ex, h);
 }
