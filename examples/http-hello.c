@@ -5,10 +5,11 @@
  *
  * What it shows:
  * - a request parser on top of iof_stream_read_until: each connection has
- *   a fixed buffer; the call reads until the buffer holds "\r\n\r\n" and
- *   leaves whatever follows in the buffer for the next request, so
- *   pipelined requests (several in one read) just work; their responses are
- *   batched into one write;
+ *   a fixed buffer; the call reads a line at a time until an empty line
+ *   ends the head and leaves whatever follows in the buffer for the next
+ *   request, so pipelined requests (several in one read) just work; their
+ *   responses are batched into one write. Lines end in CRLF, or in a bare
+ *   LF as RFC 9112 lets a server accept (printf '...\n\n' | nc works);
  * - keep-alive (HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with
  *   "Connection: keep-alive"); request bodies (Content-Length or chunked)
  *   are read and dropped;
@@ -77,12 +78,17 @@ static bool has_token(const char *v, size_t n, const char *tok) {
   return false;
 }
 
-/* Parses the head p[0..n) (ending in "\r\n\r\n"). 0, or the HTTP status
+/* The length of the line ending at p (a LF): 2 for CRLF, 1 for a bare LF. */
+static size_t eol_len(const char *p, const char *start) {
+  return p > start && p[-1] == '\r' ? 2 : 1;
+}
+
+/* Parses the head p[0..n) (ending in an empty line). 0, or the HTTP status
  * to fail with. */
 static int parse_request(const char *p, size_t n, request *req) {
-  const char *end = p + n - 2; /* the final empty line */
+  const char *end = p + n - eol_len(p + n - 1, p); /* the final empty line */
   memset(req, 0, sizeof *req);
-  /* Request line: METHOD SP target SP HTTP/1.x CRLF */
+  /* Request line: METHOD SP target SP HTTP/1.x CRLF (or LF) */
   const char *m = p;
   while (p < end && is_tchar(*p)) p++;
   if (p == m || *p != ' ') return 400;
@@ -91,15 +97,17 @@ static int parse_request(const char *p, size_t n, request *req) {
   while (p < end && *p != ' ' && *p != '\r' && (unsigned char)*p > ' ') p++;
   if (p == t || *p != ' ') return 400;
   p++;
-  if (end - p < 10 || memcmp(p, "HTTP/1.", 7) != 0 ||
-      (p[7] != '0' && p[7] != '1') || p[8] != '\r' || p[9] != '\n')
+  if (end - p < 9 || memcmp(p, "HTTP/1.", 7) != 0 ||
+      (p[7] != '0' && p[7] != '1'))
     return 400;
   req->http10 = p[7] == '0';
-  p += 10;
+  p += 8;
+  if (p[0] == '\r') p++; /* a CR only before the LF (also below) */
+  if (*p++ != '\n') return 400;
   bool conn_close = false, conn_keep = false, have_len = false;
   bool unknown_te = false, have_te = false;
   int hosts = 0;
-  /* Header fields: name ":" OWS value OWS CRLF */
+  /* Header fields: name ":" OWS value OWS CRLF (or LF) */
   while (p < end) {
     const char *name = p;
     while (p < end && is_tchar(*p)) p++;
@@ -109,10 +117,10 @@ static int parse_request(const char *p, size_t n, request *req) {
     while (*p == ' ' || *p == '\t') p++;
     const char *v = p;
     while (*p != '\r' && *p != '\n' && *p) p++;
-    if (p[0] != '\r' || p[1] != '\n') return 400; /* also a NUL (RFC 9110) */
     size_t vlen = (size_t)(p - v);
+    if (p[0] == '\r') p++;
+    if (*p++ != '\n') return 400; /* a bare CR or a NUL (RFC 9110) */
     while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t')) vlen--;
-    p += 2;
     if (name_len == 4 && strncasecmp(name, "host", 4) == 0) {
       hosts++;
     } else if (name_len == 10 && strncasecmp(name, "connection", 10) == 0) {
@@ -229,11 +237,55 @@ static int hex_digit(char ch) {
   return -1;
 }
 
-/* Reads one line (up to CRLF) into the buffer: its length with the CRLF;
- * 400 as a negative number when none fits, or the read's error. */
+/* Reads one line at `off` in the buffer (what comes before stays): its
+ * length with the CRLF or LF; 0 at the end of the stream; -ENOBUFS when
+ * the buffer is full without one; or the read's error. */
+static ssize_t read_line_at(conn *c, size_t off) {
+  if (off == sizeof c->in) return -ENOBUFS;
+  size_t rest = c->filled - off;
+  ssize_t n = iof_stream_read_until(c->st, c->in + off, sizeof c->in - off,
+                                    &rest, "\n", 1);
+  c->filled = off + rest;
+  return n;
+}
+
+/* Is the line of n bytes at p empty ("\r\n" or "\n")? */
+static bool empty_line(const char *p, ssize_t n) {
+  return n == 1 || (n == 2 && p[0] == '\r');
+}
+
+/* Reads a request head, line by line, up to its empty line: its length;
+ * empty lines before it are dropped (RFC 9112, 2.2); else as read_line_at. */
+static ssize_t read_head(conn *c) {
+  size_t off = 0;
+  for (;;) {
+    ssize_t n = read_line_at(c, off);
+    if (n <= 0) return n;
+    if (empty_line(c->in + off, n)) {
+      if (off) return (ssize_t)off + n;
+      consume(c, (size_t)n);
+      continue;
+    }
+    off += (size_t)n;
+  }
+}
+
+/* Does the buffer already hold another whole request head? */
+static bool have_head(const conn *c) {
+  const char *p = c->in, *end = c->in + c->filled;
+  while (p < end && (*p == '\r' || *p == '\n')) p++; /* empty lines */
+  for (const char *nl; (nl = memchr(p, '\n', (size_t)(end - p))); p = nl + 1)
+    if (nl + 1 < end &&
+        (nl[1] == '\n' || (nl[1] == '\r' && nl + 2 < end && nl[2] == '\n')))
+      return true;
+  return false;
+}
+
+/* Reads one line of a chunked body into the buffer: its length with the
+ * CRLF or LF; 400 as a negative number when none fits, or the read's
+ * error. */
 static ssize_t read_line(conn *c) {
-  ssize_t n =
-      iof_stream_read_until(c->st, c->in, sizeof c->in, &c->filled, "\r\n", 2);
+  ssize_t n = read_line_at(c, 0);
   if (n == -ENOBUFS) return -400;
   return n == 0 ? -ECONNRESET : n;
 }
@@ -245,9 +297,10 @@ static int skip_chunked(conn *c) {
   for (;;) {
     ssize_t n = read_line(c);
     if (n < 0) return (int)n;
+    size_t len = (size_t)n - eol_len(c->in + n - 1, c->in); /* no CR/LF */
     uint64_t size = 0;
     size_t i = 0;
-    for (int d; i < (size_t)n - 2 && (d = hex_digit(c->in[i])) >= 0; i++) {
+    for (int d; i < len && (d = hex_digit(c->in[i])) >= 0; i++) {
       if (size > UINT64_MAX >> 4) return -400;
       size = size << 4 | (uint64_t)d;
     }
@@ -255,21 +308,22 @@ static int skip_chunked(conn *c) {
      * blanks, only an extension or the line's end ("5 6" is no size 5). */
     size_t j = i;
     while (c->in[j] == ' ' || c->in[j] == '\t') j++;
-    if (!i || (c->in[j] != ';' && j != (size_t)n - 2)) return -400;
+    if (!i || (c->in[j] != ';' && j != len)) return -400;
     consume(c, (size_t)n);
     if (!size) break;
     int r = skip_body(c, size);
     if (r < 0) return r;
     n = read_line(c); /* the CRLF after the data */
     if (n < 0) return (int)n;
-    if (n != 2) return -400;
-    consume(c, 2);
+    if (!empty_line(c->in, n)) return -400;
+    consume(c, (size_t)n);
   }
   for (;;) { /* trailer fields */
     ssize_t n = read_line(c);
     if (n < 0) return (int)n;
+    bool last = empty_line(c->in, n);
     consume(c, (size_t)n);
-    if (n == 2) return 0;
+    if (last) return 0;
   }
 }
 
@@ -316,8 +370,7 @@ static int connection(void *arg) {
   iof_socket_set_timeout(c->sock, IOF_READ | IOF_WRITE, timeout_ns);
   for (;;) {
     iof_socket_set_deadline(c->sock, IOF_READ, iof_deadline_after(timeout_ns));
-    ssize_t n = iof_stream_read_until(c->st, c->in, sizeof c->in, &c->filled,
-                                      "\r\n\r\n", 4);
+    ssize_t n = read_head(c);
     iof_socket_set_deadline(c->sock, IOF_READ, 0);
     if (n == -ENOBUFS) { /* no end of headers in HEADER_MAX bytes */
       send_error(c, 431);
@@ -357,7 +410,7 @@ static int connection(void *arg) {
     respond(c, &req);
     /* Pipelining: while another whole request is already buffered and
      * there is room for its response, answer it in the same write. */
-    bool more = memmem(c->in, c->filled, "\r\n\r\n", 4) != NULL;
+    bool more = have_head(c);
     if (!req.keep_alive || !more || OUT_MAX - c->out_len < 256) {
       if (flush(c) < 0) break;
     }

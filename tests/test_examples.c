@@ -725,6 +725,43 @@ static void http_hello_rejects_host_and_nul(void **state) {
   assert_int_equal(stop_proc(&p), 0);
 }
 
+/* RFC 9112 (2.2) lets a server take a bare LF as a line's end and skip
+ * empty lines before a request: `printf 'GET / HTTP/1.0\n\n' | nc` gets
+ * its answer at once (it used to wait out the timeout with no answer). A
+ * CR that no LF follows is still an error. */
+static void http_hello_takes_bare_lf_lines(void **state) {
+  (void)state;
+  proc p;
+  const char *const args[] = {"iof-http-hello", "0", "--timeout", "5000", NULL};
+  start(&p, args);
+  static char all[8192];
+  static const struct {
+    const char *req;
+    const char *status;
+    int count;
+  } cases[] = {
+      {"GET / HTTP/1.0\n\n", "HTTP/1.1 200 OK", 1},
+      {"\r\n\nGET / HTTP/1.1\nHost: x\n\n"
+       "POST / HTTP/1.1\nHost: z\nTransfer-Encoding: chunked\n\n"
+       "5\nhello\n3;x=y\r\nabc\n0\nX-T: 1\n\n"
+       "GET / HTTP/1.1\r\nHost: a\nConnection: close\r\n\n",
+       "HTTP/1.1 200 OK", 3},
+      {"GET / HTTP/1.1\rHost: x\r\n\r\n", "HTTP/1.1 400 ", 1},
+      {"GET / HTTP/1.1\r\nHost: x\rY: z\r\n\r\n", "HTTP/1.1 400 ", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int fd = connect_port(p.port);
+    int64_t t0 = iof_test_now_ns();
+    send_str(fd, cases[i].req);
+    assert_int_equal(count_status(fd, cases[i].status, 3000, all, sizeof all),
+                     cases[i].count);
+    assert_non_null(strstr(all, "Connection: close"));
+    assert_true(ms_since(t0) < 2500); /* answered and closed, no timeout */
+    close(fd);
+  }
+  assert_int_equal(stop_proc(&p), 0);
+}
+
 /* On an IPv6 address the "listening on" line is a URL curl can use:
  * http://[::1]:PORT/, not http://::1:PORT/. */
 static void http_hello_prints_an_ipv6_url(void **state) {
@@ -861,6 +898,10 @@ static void http_hello_prints_an_ipv6_url(void **state) {
   (void)state;
   skip();
 }
+static void http_hello_takes_bare_lf_lines(void **state) {
+  (void)state;
+  skip();
+}
 static void http_hello_chunked_bodies_and_timeouts(void **state) {
   (void)state;
   skip();
@@ -900,6 +941,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(chat_slow_reader_stalls_nobody, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(http_hello_rejects_host_and_nul, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(http_hello_takes_bare_lf_lines, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(http_hello_prints_an_ipv6_url, setup,
                                       teardown),
