@@ -15,8 +15,8 @@
  *   are read and dropped;
  * - timeouts from socket deadlines: a client has --timeout ms to send a
  *   request's headers (an idle keep-alive connection is closed then; one
- *   stuck mid-headers gets 408), and each later wait for its body or for
- *   it to take the response is bounded by the same;
+ *   stuck mid-headers gets 408), and each later wait for its body (408
+ *   when it stalls) or for it to take the response is bounded by the same;
  * - errors: headers larger than the buffer get 431, garbled ones (or
  *   HTTP/1.1 without exactly one Host) 400, an unknown transfer coding
  *   501; then the connection is closed gracefully;
@@ -401,8 +401,8 @@ static int connection(void *arg) {
     int r = req.chunked       ? skip_chunked(c)
             : req.content_len ? skip_body(c, req.content_len)
                               : 0;
-    if (r == -400) { /* a garbled chunked body */
-      send_error(c, 400);
+    if (r == -400 || r == -ETIMEDOUT) { /* a garbled or stalled body */
+      send_error(c, r == -400 ? 400 : 408);
       lingering_close(c);
       break;
     }

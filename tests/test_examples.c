@@ -680,6 +680,23 @@ static void http_hello_chunked_bodies_and_timeouts(void **state) {
   assert_true(ms >= 250 && ms < 2500);
   close(fd);
 
+  /* Mid-body, plain or chunked: 408 after a wait of about 300 ms (it used
+   * to close without an answer). */
+  const char *stalled[] = {"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10"
+                           "\r\n\r\nabc",
+                           "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                           "chunked\r\n\r\n5\r\nhel"};
+  for (int i = 0; i < 2; i++) {
+    fd = connect_port(p.port);
+    t0 = iof_test_now_ns();
+    send_str(fd, stalled[i]);
+    assert_int_equal(count_status(fd, "HTTP/1.1 408 ", 3000, all, sizeof all),
+                     1);
+    ms = (iof_test_now_ns() - t0) / 1000000;
+    assert_true(ms >= 250 && ms < 2500);
+    close(fd);
+  }
+
   /* Idle between requests: closed without a word. */
   fd = connect_port(p.port);
   send_str(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
