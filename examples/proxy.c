@@ -171,6 +171,17 @@ int main(int argc, char **argv) {
   }
   target_host = argv[optind + 1];
   target_port = argv[optind + 2];
+  long tport; /* a number must be a port; a name is the resolver's */
+  bool numeric = *target_port >= '0' && *target_port <= '9';
+  if (!*target_host) {
+    fprintf(stderr, "iof-proxy: TARGET_HOST is empty\n");
+    return 2;
+  }
+  if (!*target_port ||
+      (numeric && !parse_long(target_port, 1, 65535, &tport))) {
+    fprintf(stderr, "iof-proxy: TARGET_PORT wants 1..65535 or a service\n");
+    return 2;
+  }
 
   if (iof_stop_source_init(&stop) < 0) return 1;
   io = iof_io_context_create();

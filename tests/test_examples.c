@@ -193,11 +193,34 @@ static void help_of(const char *name) {
   assert_int_equal(pclose(f), 0);
 }
 
+/* Runs "name args" and expects exit status 2 and `want` on stderr. */
+static void refused(const char *name, const char *args, const char *want) {
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "%s/%s %s 2>&1 >/dev/null", IOF_EXAMPLES_DIR, name,
+           args);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  char line[256] = {0};
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_non_null(strstr(line, want));
+  while (fgets(line, sizeof line, f)) {
+  }
+  int st = pclose(f);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 2);
+}
+
 static void examples_print_help(void **state) {
   (void)state;
   help_of("iof-proxy");
   help_of("iof-chat");
   help_of("iof-offload");
+  /* A target port out of range is refused at once (it used to start and
+   * fail every connection). */
+  refused("iof-proxy", "0 127.0.0.1 99999", "TARGET_PORT wants");
+  refused("iof-proxy", "0 127.0.0.1 0", "TARGET_PORT wants");
+  refused("iof-proxy", "0 127.0.0.1 8x", "TARGET_PORT wants");
+  refused("iof-proxy", "0 '' 80", "TARGET_HOST");
 }
 
 static void proxy_relays_half_close_and_idle(void **state) {
