@@ -15,7 +15,10 @@
 #include "compat/thread_internal.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* The bits the virtual masks keep: not SIGKILL and SIGSTOP (never
  * blocked), nor glibc's two internal signals (32, 33), which its
@@ -145,12 +148,13 @@ static _Atomic uint64_t *own_mask(void) {
   return iof__cthread_sigmask(iof__cthr_fiber());
 }
 
-/* 0 or an errno value, as pthread_sigmask. */
-static int change(_Atomic uint64_t *m, int how, const sigset_t *set,
+/* 0 or an errno value, as pthread_sigmask; b is the new set's bits when
+ * has_set. */
+static int change(_Atomic uint64_t *m, int how, bool has_set, uint64_t b,
                   sigset_t *old) {
   uint64_t cur = atomic_load_explicit(m, memory_order_relaxed), next = cur;
-  if (set) {
-    uint64_t b = iof__sigset_bits(set) & KEPT;
+  if (has_set) {
+    b &= KEPT;
     if (how == SIG_BLOCK)
       next = cur | b;
     else if (how == SIG_UNBLOCK)
@@ -160,7 +164,7 @@ static int change(_Atomic uint64_t *m, int how, const sigset_t *set,
     else
       return EINVAL;
   }
-  if (old) iof__sigset_from_bits(old, cur); /* set may be old: read first */
+  if (old) iof__sigset_from_bits(old, cur);
   if (next == cur) return 0;
   atomic_store_explicit(m, next, memory_order_relaxed);
   if (pinned()) host_move(host_get(), cur, next, false);
@@ -180,9 +184,7 @@ bool iof__sigmask_save(uint64_t *out) {
 void iof__sigmask_restore(uint64_t bits) {
   _Atomic uint64_t *m = own_mask();
   if (!m) return;
-  sigset_t set;
-  iof__sigset_from_bits(&set, bits);
-  (void)change(m, SIG_SETMASK, &set, NULL);
+  (void)change(m, SIG_SETMASK, true, bits, NULL);
 }
 
 /* The wait's mask stands in for the thread's without moving the OS
@@ -204,16 +206,39 @@ void iof__sigmask_wait_end(_Atomic uint64_t *m, uint64_t saved) {
   if (m) atomic_store_explicit(m, saved, memory_order_relaxed);
 }
 
+/* A fiber thread's mask change, with the plain call's EFAULT for a set it
+ * cannot read or an old it cannot write (the kernel's test, nothing
+ * changed) instead of a crash. set is read first: it may be old. */
+static int change_checked(_Atomic uint64_t *m, int how, const sigset_t *set,
+                          sigset_t *old) {
+  uint64_t b = 0;
+  if (set) {
+    if (iof__mem_check(set, sizeof(uint64_t)) < 0) return EFAULT;
+    if (how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK)
+      return EINVAL; /* before old, as the kernel */
+    b = iof__sigset_bits(set);
+  }
+  if (old) {
+    /* The kernel writes a mask's 8 bytes back: that write is the test. */
+    int saved = errno;
+    long r = iof__syscall()(SYS_rt_sigprocmask, SIG_BLOCK, NULL, old,
+                            sizeof(uint64_t));
+    errno = saved;
+    if (r < 0) return EFAULT;
+  }
+  return change(m, how, set != NULL, b, old);
+}
+
 int iof_compat_pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
   _Atomic uint64_t *m = own_mask();
   if (!m) return iof__libc.pthread_sigmask(how, set, old);
-  return change(m, how, set, old);
+  return change_checked(m, how, set, old);
 }
 
 int iof_compat_sigprocmask(int how, const sigset_t *set, sigset_t *old) {
   _Atomic uint64_t *m = own_mask();
   if (!m) return iof__libc.sigprocmask(how, set, old);
-  int r = change(m, how, set, old);
+  int r = change_checked(m, how, set, old);
   if (r == 0) return 0;
   errno = r;
   return -1;

@@ -265,7 +265,9 @@ IOF_API int iof_compat_sigsuspend(const sigset_t *mask);
  * started), they change that thread's own mask, which its new threads,
  * fork children and exec'd programs inherit, and pthread_kill respects.
  * The OS thread running fiber threads blocks a signal only while all of
- * them block it. Elsewhere the plain calls. EINVAL for a bad how. */
+ * them block it. Elsewhere the plain calls. EINVAL for a bad how; in a
+ * fiber thread EFAULT, with the mask unchanged, for a set or old the
+ * kernel could not read or write (glibc's own reads set, and faults). */
 IOF_API int iof_compat_pthread_sigmask(int how, const sigset_t *set,
                                        sigset_t *old);
 IOF_API int iof_compat_sigprocmask(int how, const sigset_t *set, sigset_t *old);
