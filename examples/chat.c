@@ -235,14 +235,6 @@ static int reader(void *arg) {
   return 0;
 }
 
-/* Reads and drops what the client still sends (see session). */
-static int drain(void *arg) {
-  char buf[4096];
-  while (iof_read_some(arg, buf, sizeof buf) > 0) {
-  }
-  return 0;
-}
-
 static int session(void *arg) {
   client *c = arg;
   snprintf(c->name, sizeof c->name, "user%d", next_id++);
@@ -259,9 +251,8 @@ static int session(void *arg) {
    * the kernel answer it with a reset, which destroys "* line too long"
    * (and everything before it) in the client's receive queue. Stop
    * writing, then drop its input for at most a second. */
-  if (r == 0 && c->end == -EMSGSIZE && !c->dropped &&
-      iof_socket_shutdown(c->sock, SHUT_WR) == 0)
-    iof_with_deadline(1000 * MS, drain, c->sock);
+  if (r == 0 && c->end == -EMSGSIZE && !c->dropped)
+    iof_socket_close_graceful(c->sock, 1000 * MS);
   iof_chan_destroy(c->outbox);
   iof_socket_free(c->sock);
   free(c);

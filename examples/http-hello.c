@@ -345,16 +345,8 @@ static void send_error(conn *c, int status) {
 /* A graceful close: stop writing, then read and drop what the client still
  * sends (for at most a second) so that the kernel does not answer it with
  * a reset that could destroy our last response in flight. */
-static int drain(void *arg) {
-  conn *c = arg;
-  while (iof_read_some(c->sock, c->in, sizeof c->in) > 0) {
-  }
-  return 0;
-}
-
 static void lingering_close(conn *c) {
-  if (iof_socket_shutdown(c->sock, SHUT_WR) == 0)
-    iof_with_deadline(1000 * 1000 * 1000, drain, c);
+  iof_socket_close_graceful(c->sock, 1000 * 1000 * 1000);
 }
 
 static int connection(void *arg) {

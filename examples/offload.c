@@ -70,14 +70,6 @@ static int hash_job(void *arg) {
   return 0;
 }
 
-/* Reads and drops what the client sends (until the deadline around it). */
-static int drain(void *arg) {
-  char buf[4096];
-  while (iof_read_some(arg, buf, sizeof buf) > 0) {
-  }
-  return 0;
-}
-
 static int session(void *arg) {
   iof_socket *s = arg;
   iof_reader rd;
@@ -104,9 +96,8 @@ static int session(void *arg) {
      * client's receive queue. */
     static const char too_long[] = "error: line too long\n";
     if (r == -EMSGSIZE &&
-        iof_write(s, too_long, sizeof too_long - 1) == sizeof too_long - 1 &&
-        iof_socket_shutdown(s, SHUT_WR) == 0)
-      iof_with_deadline(1000 * MS, drain, s);
+        iof_write(s, too_long, sizeof too_long - 1) == sizeof too_long - 1)
+      iof_socket_close_graceful(s, 1000 * MS);
     iof_reader_destroy(&rd);
   }
   iof_socket_free(s);

@@ -343,6 +343,23 @@ int iof_socket_close(iof_socket *s) {
   return 0;
 }
 
+int iof_socket_close_graceful(iof_socket *s, int64_t linger_ns) {
+  int r = iof__socket_check(s);
+  if (r < 0) return r;
+  if (linger_ns < 0) return -EINVAL;
+  iof_fiber *self = iof_fiber_current();
+  if (!self || !self->env) return -EPERM;
+  /* A listener or datagram socket has no stream to finish. */
+  if (!s->no_bytes && shutdown(s->fd, SHUT_WR) == 0 && linger_ns > 0 &&
+      iof_socket_set_deadline(s, IOF_READ, iof_deadline_after(linger_ns)) ==
+          0) {
+    char buf[512]; /* small: the caller's stack may be too */
+    while (iof_read_some(s, buf, sizeof buf) > 0) {
+    }
+  }
+  return iof_socket_close(s);
+}
+
 int iof_socket_free(iof_socket *s) {
   if (!s) return -EINVAL;
   int r = iof_socket_close(s);

@@ -419,6 +419,116 @@ close_while_an_operation_is_pending_gives_it_ecanceled(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* ---- graceful close ----------------------------------------------------- */
+
+#define REPLY (256 * 1024)
+
+typedef struct lingering {
+  iof_socket *s;
+  int peer;        /* the raw client */
+  int64_t linger;  /* ns given to iof_socket_close_graceful */
+  bool peer_quiet; /* the client never closes */
+  int close_r, write_r;
+  int64_t close_ms; /* how long the graceful close took */
+  long got;         /* reply bytes the client read */
+  int end;          /* 0: clean end of stream; else the client's errno */
+} lingering;
+
+/* The client sends a request the server never reads, then reads the whole
+ * reply, late; it closes after the end unless told to stay quiet. */
+static void *lingering_client(void *arg) {
+  lingering *l = arg;
+  static char req[64 * 1024];
+  memset(req, 'q', sizeof req);
+  if (write(l->peer, req, sizeof req) != (ssize_t)sizeof req) l->end = -1;
+  usleep(100 * 1000);
+  char buf[16384];
+  for (;;) {
+    ssize_t n = read(l->peer, buf, sizeof buf);
+    if (n > 0) {
+      l->got += n;
+      continue;
+    }
+    l->end = n == 0 ? 0 : errno;
+    break;
+  }
+  if (!l->peer_quiet) close(l->peer);
+  return NULL;
+}
+
+static int lingering_server_fn(void *arg) {
+  lingering *l = arg;
+  static char reply[REPLY];
+  memset(reply, 'r', sizeof reply);
+  l->write_r = (int)iof_write(l->s, reply, sizeof reply);
+  int64_t t0 = iof_now_ns();
+  l->close_r = iof_socket_close_graceful(l->s, l->linger);
+  l->close_ms = (iof_now_ns() - t0) / MS;
+  return 0;
+}
+
+static void run_lingering(lingering *l) {
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  int fds[2];
+  raw_tcp_pair(fds);
+  l->peer = fds[1];
+  assert_int_equal(iof_socket_adopt(io, fds[0], &l->s), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, lingering_client, l), 0);
+  launch(io, lingering_server_fn, l);
+  run_all(io);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(iof_socket_fd(l->s), -EBADF); /* closed */
+  assert_int_equal(iof_socket_free(l->s), 0);
+  if (l->peer_quiet) close(l->peer);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
+static int graceful_refusals_fn(void *arg) {
+  iof_socket *s = arg;
+  assert_int_equal(iof_socket_close_graceful(NULL, 0), -EINVAL);
+  assert_int_equal(iof_socket_close_graceful(s, -1), -EINVAL);
+  assert_true(iof_socket_fd(s) >= 0); /* refused: still open */
+  assert_int_equal(iof_socket_close_graceful(s, 0), 0);
+  assert_int_equal(iof_socket_close_graceful(s, 0), -EBADF);
+  return 0;
+}
+
+/* Unread input makes a plain close send a reset, which destroys the reply
+ * still queued for the client; the graceful close stops writing, drops
+ * the input and waits for the client's own close, so all of the reply
+ * arrives, then a clean end. A client that never closes is let go after
+ * the linger time. Bad arguments and a plain thread are refused. */
+static void
+close_graceful_delivers_the_reply_despite_unread_input(void **state) {
+  (void)state;
+  lingering l = {.linger = 2000 * MS};
+  run_lingering(&l);
+  assert_int_equal(l.write_r, REPLY);
+  assert_int_equal(l.close_r, 0);
+  assert_int_equal(l.end, 0);
+  assert_int_equal(l.got, REPLY);
+  assert_true(l.close_ms < 1500); /* ended by the client's close */
+
+  lingering q = {.linger = 200 * MS, .peer_quiet = true};
+  run_lingering(&q);
+  assert_int_equal(q.close_r, 0);
+  assert_int_equal(q.end, 0);
+  assert_int_equal(q.got, REPLY);
+  assert_true(q.close_ms >= 150 && q.close_ms < 1500);
+
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof_socket *lst;
+  assert_int_equal(iof_tcp_listen(io, "127.0.0.1", "0", 0, 0, &lst), 0);
+  assert_int_equal(iof_socket_close_graceful(lst, 0), -EPERM); /* no fiber */
+  launch(io, graceful_refusals_fn, lst); /* a listener: closed at once */
+  run_all(io);
+  assert_int_equal(iof_socket_free(lst), 0);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+}
+
 /* ---- 1,000 concurrent echo connections ---------------------------------- */
 
 #define NCONN 1000
@@ -915,6 +1025,7 @@ int main(void) {
       T(read_exact_write_all_and_vectored_io_move_every_byte),
       T(read_exact_returns_the_short_count_at_end_of_stream),
       T(close_while_an_operation_is_pending_gives_it_ecanceled),
+      T(close_graceful_delivers_the_reply_despite_unread_input),
       T(thousand_concurrent_echo_connections_exchange_checked_data),
       T(read_from_a_thread_pool_fiber_completes_on_the_pool),
       T(adopted_pipe_and_socket_work_like_sockets),

@@ -118,6 +118,16 @@ IOF_API int iof_socket_shutdown(iof_socket *s, int how);
  * -EPERM, nothing closed). */
 IOF_API int iof_socket_close(iof_socket *s);
 
+/* A graceful ("lingering") close, from a launched fiber: shuts down the
+ * sending side, so the peer reads everything written and then the end,
+ * reads and drops what the peer still sends until it closes too or
+ * linger_ns pass (or the socket's read timeout, or a stop), then closes.
+ * A plain close with input unread makes the kernel send a reset, which
+ * can destroy data still in flight to the peer. 0 once closed (also when
+ * the peer had gone); -EINVAL (NULL, linger_ns < 0), -EBADF (closed),
+ * -EPERM outside a launched fiber: nothing done. */
+IOF_API int iof_socket_close_graceful(iof_socket *s, int64_t linger_ns);
+
 /* Closes if open, then frees the object. -EINVAL on NULL; -EPERM as
  * iof_socket_close (nothing freed). */
 IOF_API int iof_socket_free(iof_socket *s);
