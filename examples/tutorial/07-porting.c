@@ -6,6 +6,7 @@
  * blocking call its iof_ twin, the thread-local a fiber-local. A stop
  * source replaces the "running" flag a signal handler used to clear. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,11 @@ static int handle_client(void *arg) {
   char line[256];
   size_t filled = 0;
   long *count = calloc(1, sizeof *count);
-  iof_fls_set(requests, count); /* freed by the key's destructor */
+  if (!count || iof_fls_set(requests, count) < 0) { /* freed by the key */
+    free(count);
+    iof_socket_free(arg);
+    return -ENOMEM;
+  }
   for (;;) {
     /* was: a recv() loop until '\n' */
     ssize_t n = iof_stream_read_until(in, line, sizeof line, &filled, "\n", 1);
@@ -45,10 +50,18 @@ static int accept_loop(void *arg) {
   (void)arg;
   iof_launch_opts opts = {.stop_token = iof_stop_source_token(&stop)};
   iof_socket *c;
-  while (iof_accept(listener, &c, NULL, NULL) == 0) /* was: accept() */
+  for (;;) {
+    int r = iof_accept(listener, &c, NULL, NULL); /* was: accept() */
+    if (r == -ECANCELED || r == -EBADF) return 0; /* stopping */
+    if (r < 0) {
+      /* -EMFILE and friends: the connection waits in the backlog and the
+       * listener stays readable, so retrying at once would spin. */
+      iof_sleep_for(20 * 1000 * 1000); /* was: usleep(20000) */
+      continue;
+    }
     if (iof_run_async(iof_io_context_executor(io), &opts, handle_client, c))
       iof_socket_free(c);
-  return 0;
+  }
 }
 
 static int client(void *arg) {
