@@ -108,10 +108,13 @@ unsigned iof__fd_learn(int fd, iof__fd_slot *s) {
      * shell that owns it. Those block their thread, as documented. */
     /* Likewise a pipe on stdin/stdout/stderr: its other users (the
      * processes of a pipeline, make's jobs) would see O_NONBLOCK too. */
-    if (S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode) ||
-        (S_ISCHR(sb.st_mode) && isatty(fd)) ||
-        (fd <= 2 && S_ISFIFO(sb.st_mode))) {
+    /* The shared ones are waited for without O_NONBLOCK: readiness
+     * first, then the plain call (iof__fd_wait_first). */
+    if (S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode)) {
       st |= IOF__FD_PASS;
+    } else if ((S_ISCHR(sb.st_mode) && isatty(fd)) ||
+               (fd <= 2 && S_ISFIFO(sb.st_mode))) {
+      st |= IOF__FD_PASS | IOF__FD_SHARED;
     } else if (iof__libc.fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0) {
       st |= IOF__FD_RT_NB;
       if (S_ISSOCK(sb.st_mode)) {
@@ -421,6 +424,33 @@ static int wait_fds(iof_fiber *f, const int *fds, const int *events, int n,
         atomic_load_explicit(&w[i].slot->gen, memory_order_acquire) != w[i].gen)
       *closed |= 1u << i;
   return *closed && (r == 0 || r == -EBADF || r == -ETIMEDOUT) ? -EBADF : r;
+}
+
+int iof__fd_wait_first(int fd, int events) {
+  if (!iof__compat_fiber() || fd < 0) return 0;
+  int saved = errno;
+  struct pollfd p = {fd, events == EV_READ ? POLLIN : POLLOUT, 0};
+  /* Ready, hung up, or an error the call itself will report. */
+  if (iof__libc.poll(&p, 1, 0) != 0) {
+    errno = saved;
+    return 0;
+  }
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  unsigned st = s ? atomic_load_explicit(&s->flags, memory_order_acquire) : 0;
+  if (!(st & IOF__FD_RT_NB)) { /* the runtime's O_NONBLOCK is no answer */
+    int fl = iof__libc.fcntl(fd, F_GETFL);
+    if (fl < 0 || (fl & O_NONBLOCK)) { /* the call says EBADF, or EAGAIN */
+      errno = saved;
+      return 0;
+    }
+  }
+  int r = iof__fd_wait_plain(fd, events, -1, true);
+  if (r == 0 || r == -EBADF) { /* ready, or closed: the call tells */
+    errno = saved;
+    return 0;
+  }
+  errno = -r;
+  return -1;
 }
 
 int iof__fd_wait_plain(int fd, int events, int64_t deadline_ns, bool restart) {

@@ -38,6 +38,10 @@ enum {
   IOF__FD_DOMAIN = 16,
   IOF__FD_UNIX = 32,
   IOF__FD_STREAM = 64,
+  /* With IOF__FD_PASS: pollable, but shared with other processes (a
+   * terminal, a pipe on 0-2), so it keeps its blocking mode and a fiber
+   * waits for readiness before the plain call (iof__fd_wait_first). */
+  IOF__FD_SHARED = 128,
 };
 
 typedef struct iof__fd_waiter iof__fd_waiter;
@@ -119,6 +123,21 @@ IOF_HIDDEN bool iof__fd_begin(iof__fd_op *op, int fd, int events);
  * EAGAIN after SO_RCVTIMEO/SO_SNDTIMEO, EBADF (closed while waiting),
  * ECANCELED (the chain's stop token or the context's shutdown). */
 IOF_HIDDEN bool iof__fd_again(iof__fd_op *op);
+
+/* Before a plain call on fd (one that would block the thread): in a
+ * fiber, unless fd is ready already (a zero-timeout poll) or in the
+ * program's own non-blocking mode, waits until it is, so that the call
+ * finds its bytes (or room) instead of holding the thread. 0: make the
+ * call; -1 and errno: fail it (ECANCELED, EINTR). A race with another
+ * reader of the file can still leave the call waiting in the kernel. */
+IOF_HIDDEN int iof__fd_wait_first(int fd, int events);
+
+/* Whether fd is known as IOF__FD_SHARED (never learns). */
+static inline bool iof__fd_shared(int fd) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  return s && (atomic_load_explicit(&s->flags, memory_order_relaxed) &
+               IOF__FD_SHARED);
+}
 
 /* Waits for op's fd until the deadline without trying a call first.
  * 0 ready, else -errno as iof__fd_again (-ETIMEDOUT at the deadline). */

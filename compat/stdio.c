@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -173,4 +174,45 @@ FILE *iof_compat_fdopen(int fd, const char *mode) {
                   : append           ? "a"
                                      : "w";
   return iof__compat_fd_stream(fd, m, NULL);
+}
+
+/* ---- reads from glibc's own streams ------------------------------------ */
+
+int iof_compat_fwait(FILE *fp) {
+  if (!fp || !iof__compat_fiber()) return 0;
+#ifdef __GLIBC__
+  if (fp->_IO_read_ptr < fp->_IO_read_end) return 0; /* bytes buffered */
+#endif
+  if (!__freadable(fp)) return 0; /* the call fails by itself */
+  int fd = fileno(fp);
+  return fd < 0 ? 0 : iof__fd_wait_first(fd, EV_READ);
+}
+
+char *iof_compat_fgets(char *s, int n, FILE *fp) {
+  return iof_compat_fwait(fp) < 0 ? NULL : iof__libc.fgets(s, n, fp);
+}
+
+ssize_t iof_compat_getline(char **line, size_t *cap, FILE *fp) {
+  return iof_compat_fwait(fp) < 0 ? -1 : iof__libc.getline(line, cap, fp);
+}
+
+ssize_t iof_compat_getdelim(char **line, size_t *cap, int delim, FILE *fp) {
+  return iof_compat_fwait(fp) < 0 ? -1
+                                  : iof__libc.getdelim(line, cap, delim, fp);
+}
+
+int iof_compat_fgetc(FILE *fp) {
+  return iof_compat_fwait(fp) < 0 ? EOF : iof__libc.fgetc(fp);
+}
+
+int iof_compat_getc(FILE *fp) {
+  return iof_compat_fwait(fp) < 0 ? EOF : iof__libc.getc(fp);
+}
+
+int iof_compat_getchar(void) {
+  return iof_compat_getc(stdin);
+}
+
+size_t iof_compat_fread(void *p, size_t size, size_t n, FILE *fp) {
+  return iof_compat_fwait(fp) < 0 ? 0 : iof__libc.fread(p, size, n, fp);
 }

@@ -86,6 +86,12 @@
     (clockid_t, int, const struct timespec *, struct timespec *))              \
   X(int, close, (int))                                                         \
   X(FILE *, fdopen, (int, const char *))                                       \
+  X(char *, fgets, (char *, int, FILE *))                                      \
+  X(ssize_t, getline, (char **, size_t *, FILE *))                             \
+  X(ssize_t, getdelim, (char **, size_t *, int, FILE *))                       \
+  X(int, fgetc, (FILE *))                                                      \
+  X(int, getc, (FILE *))                                                       \
+  X(size_t, fread, (void *, size_t, size_t, FILE *))                           \
   X(int, dup, (int))                                                           \
   X(int, dup2, (int, int))                                                     \
   X(int, dup3, (int, int, int))                                                \

@@ -15,6 +15,10 @@
  *   so libc must never see one of them, whoever the caller is.
  * - TID and join/detach: a fiber "thread" id (odd pthread_t) goes to
  *   compat from anywhere; pthread_create/self/exit only from fibers.
+ * - STDIO: reads from glibc's own streams (fgets, getc, fread, scanf...),
+ *   which glibc makes with its internal read, out of any interposer's
+ *   reach: from a fiber, when the stream's buffer is empty, compat waits
+ *   for its fd first (iof_compat_fwait), then libc makes the call.
  * - CNT: calls with no fiber version, interposed only to be counted.
  * - The pass-through pointers are resolved lazily with dlsym(RTLD_NEXT), so
  *   they work before any constructor ran (glibc's dlsym may allocate but
@@ -60,6 +64,10 @@
 #include <iofiber/compat_io.h>
 #include <iofiber/compat_thread.h>
 #include <iofiber/env.h>
+
+/* glibc's optimized headers make it a macro; it is interposed as the
+ * function it also is. */
+#undef fread_unlocked
 
 /* ---- the table -------------------------------------------------------- */
 
@@ -292,7 +300,34 @@
   X(IO, int, pthread_sigmask, (int h, const sigset_t *s, sigset_t *o),         \
     (h, s, o))                                                                 \
   X(IO, int, sigprocmask, (int h, const sigset_t *s, sigset_t *o), (h, s, o))  \
-  X(IO, int, pause, (void), ())
+  X(IO, int, pause, (void), ())                                                \
+  X(STDIO, char *, fgets, (char *s, int n, FILE *fp), (s, n, fp))              \
+  X(STDIO, char *, fgets_unlocked, (char *s, int n, FILE *fp), (s, n, fp))     \
+  X(STDIO, char *, __fgets_chk, (char *s, size_t z, int n, FILE *fp),          \
+    (s, z, n, fp))                                                             \
+  X(STDIO, char *, __fgets_unlocked_chk, (char *s, size_t z, int n, FILE *fp), \
+    (s, z, n, fp))                                                             \
+  X(STDIO, ssize_t, getline, (char **l, size_t *n, FILE *fp), (l, n, fp))      \
+  X(STDIO, ssize_t, getdelim, (char **l, size_t *n, int d, FILE *fp),          \
+    (l, n, d, fp))                                                             \
+  X(STDIO, ssize_t, __getdelim, (char **l, size_t *n, int d, FILE *fp),        \
+    (l, n, d, fp))                                                             \
+  X(STDIO, int, fgetc, (FILE * fp), (fp))                                      \
+  X(STDIO, int, fgetc_unlocked, (FILE * fp), (fp))                             \
+  X(STDIO, int, getc, (FILE * fp), (fp))                                       \
+  X(STDIO, int, getc_unlocked, (FILE * fp), (fp))                              \
+  X(STDIO, int, _IO_getc, (FILE * fp), (fp))                                   \
+  X(STDIO, int, __uflow, (FILE * fp), (fp))                                    \
+  X(STDIO, size_t, fread, (void *p, size_t s, size_t n, FILE *fp),             \
+    (p, s, n, fp))                                                             \
+  X(STDIO, size_t, fread_unlocked, (void *p, size_t s, size_t n, FILE *fp),    \
+    (p, s, n, fp))                                                             \
+  X(STDIO, size_t, __fread_chk,                                                \
+    (void *p, size_t z, size_t s, size_t n, FILE *fp), (p, z, s, n, fp))       \
+  X(STDIO, size_t, __fread_unlocked_chk,                                       \
+    (void *p, size_t z, size_t s, size_t n, FILE *fp), (p, z, s, n, fp))       \
+  X(STDIO, int, __isoc99_vfscanf, (FILE * fp, const char *f, va_list ap),      \
+    (fp, f, ap))
 
 /* Calls written by hand, for the index and the counters. */
 #define HOOK_EXTRA(Y)                                                          \
@@ -333,7 +368,16 @@
   Y(fexecve)                                                                   \
   Y(execl)                                                                     \
   Y(execlp)                                                                    \
-  Y(execle)
+  Y(execle)                                                                    \
+  Y(getchar)                                                                   \
+  Y(getchar_unlocked)                                                          \
+  Y(vfscanf)                                                                   \
+  Y(fscanf)                                                                    \
+  Y(__isoc99_fscanf)                                                           \
+  Y(scanf)                                                                     \
+  Y(__isoc99_scanf)                                                            \
+  Y(vscanf)                                                                    \
+  Y(__isoc99_vscanf)
 
 enum {
 #define IDX(kind, ret, name, params, args) H_##name,
@@ -362,8 +406,10 @@ static const char *const names[H_COUNT] = {
 #define WEAK_TID WEAK_IO
 #define WEAK_FIB WEAK_IO
 #define WEAK_CNT(ret, name, params)
+#define WEAK_STDIO(ret, name, params)
 HOOK_CALLS(WEAK)
 #undef WEAK
+int iof_compat_fwait(FILE *fp) IOF_HOOK_WEAK;
 int iof_compat_fcntl(int fd, int cmd, ...) IOF_HOOK_WEAK;
 int iof_compat_ioctl(int fd, unsigned long req, ...) IOF_HOOK_WEAK;
 void iof_compat_freeaddrinfo(struct addrinfo *ai) IOF_HOOK_WEAK;
@@ -548,6 +594,31 @@ bool iof__rt_fd_release(int fd);
       return iof_compat_##name args;                                           \
     }                                                                          \
     count(H_##name, C_PLAIN);                                                  \
+    return REAL(name) args;                                                    \
+  }
+
+/* STDIO: the wait for an empty buffer's fd from compat, then libc's call
+ * (the stream and its buffer are glibc's). The parameter named fp is the
+ * stream. A failed wait (a stop, EINTR) fails the call: NULL, EOF, -1 or
+ * 0 by its return type. */
+static inline int stdio_wait(FILE *fp, int call) {
+  if (fp && fp->_IO_read_ptr >= fp->_IO_read_end && iof__hook_in_fiber()) {
+    if (iof_compat_fwait) {
+      count(call, C_FIBER);
+      return iof_compat_fwait(fp);
+    }
+    count(call, C_BLOCKED);
+    return 0;
+  }
+  count(call, C_PLAIN);
+  return 0;
+}
+
+#define STDIO_FAIL(ret)                                                        \
+  ((ret) _Generic((ret)0, int : EOF, long : -1L, default : 0))
+#define DEF_STDIO(ret, name, params, args)                                     \
+  IOF_HOOK_API ret name params {                                               \
+    if (stdio_wait(fp, H_##name) < 0) return STDIO_FAIL(ret);                  \
     return REAL(name) args;                                                    \
   }
 
@@ -1069,6 +1140,69 @@ IOF_HOOK_API int posix_spawnp(pid_t *pid, const char *file,
  * the stepping aside above. */
 IOF_HOOK_API pid_t vfork(void) {
   return fork();
+}
+
+/* ---- stdio reads on stdin, and the variadic scanf family --------------- */
+
+/* Each goes through the STDIO interposer it amounts to. */
+IOF_HOOK_API int getchar(void) {
+  count(H_getchar, C_PLAIN);
+  return getc(stdin);
+}
+
+IOF_HOOK_API int getchar_unlocked(void) {
+  count(H_getchar_unlocked, C_PLAIN);
+  return getc_unlocked(stdin);
+}
+
+/* <stdio.h> names C99 programs' scanf family __isoc99_* (and redirects
+ * ours there too); the plain names are C89 programs' (%a allocates), so
+ * those are defined under their own symbol names. */
+typedef int vfscanf_fn(FILE *, const char *, va_list);
+IOF_HOOK_API int gnu_vfscanf(FILE *fp, const char *f,
+                             va_list ap) __asm__("vfscanf");
+IOF_HOOK_API int gnu_vfscanf(FILE *fp, const char *f, va_list ap) {
+  if (stdio_wait(fp, H_vfscanf) < 0) return EOF;
+  return ((vfscanf_fn *)real_sym(H_vfscanf))(fp, f, ap);
+}
+
+IOF_HOOK_API int gnu_vscanf(const char *f, va_list ap) __asm__("vscanf");
+IOF_HOOK_API int gnu_vscanf(const char *f, va_list ap) {
+  count(H_vscanf, C_PLAIN);
+  return gnu_vfscanf(stdin, f, ap);
+}
+
+IOF_HOOK_API int __isoc99_vscanf(const char *f, va_list ap) {
+  count(H___isoc99_vscanf, C_PLAIN);
+  return __isoc99_vfscanf(stdin, f, ap);
+}
+
+#define SCANF_VIA(call, v, fp, f)                                              \
+  do {                                                                         \
+    count(H_##call, C_PLAIN);                                                  \
+    va_list ap;                                                                \
+    va_start(ap, f);                                                           \
+    int r = v(fp, f, ap);                                                      \
+    va_end(ap);                                                                \
+    return r;                                                                  \
+  } while (0)
+
+IOF_HOOK_API int gnu_fscanf(FILE *fp, const char *f, ...) __asm__("fscanf");
+IOF_HOOK_API int gnu_fscanf(FILE *fp, const char *f, ...) {
+  SCANF_VIA(fscanf, gnu_vfscanf, fp, f);
+}
+
+IOF_HOOK_API int __isoc99_fscanf(FILE *fp, const char *f, ...) {
+  SCANF_VIA(__isoc99_fscanf, __isoc99_vfscanf, fp, f);
+}
+
+IOF_HOOK_API int gnu_scanf(const char *f, ...) __asm__("scanf");
+IOF_HOOK_API int gnu_scanf(const char *f, ...) {
+  SCANF_VIA(scanf, gnu_vfscanf, stdin, f);
+}
+
+IOF_HOOK_API int __isoc99_scanf(const char *f, ...) {
+  SCANF_VIA(__isoc99_scanf, __isoc99_vfscanf, stdin, f);
 }
 
 /* ---- glibc's fortified entry points ----------------------------------- */

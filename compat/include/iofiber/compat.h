@@ -99,6 +99,14 @@
 #define lockf64 iof_compat_lockf /* _FILE_OFFSET_BITS=64 */
 #endif
 #define fdopen iof_compat_fdopen
+/* reads from glibc's own streams (stdin, a terminal, a pipe) */
+#define fgets iof_compat_fgets
+#define getline iof_compat_getline
+#define getdelim iof_compat_getdelim
+#define fgetc iof_compat_fgetc
+#define getc iof_compat_getc
+#define getchar iof_compat_getchar
+#define fread iof_compat_fread
 #define setsockopt iof_compat_setsockopt
 #define getsockopt iof_compat_getsockopt
 #define shutdown iof_compat_shutdown

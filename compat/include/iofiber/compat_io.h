@@ -306,6 +306,25 @@ IOF_API int iof_compat_lockf(int fd, int cmd, off_t len);
  * (EINVAL for a NULL mode, where glibc crashes). */
 IOF_API FILE *iof_compat_fdopen(int fd, const char *mode);
 
+/* Reads from glibc's own streams: stdin, and any FILE on a terminal or a
+ * pipe (glibc reads them with an internal read no shim reaches). In a
+ * fiber, when fp's buffer is empty and its fd has nothing to read yet,
+ * they first wait for it as a fiber (the plain call would hold the
+ * thread), then make the plain call; elsewhere the plain calls. A line or
+ * record longer than what arrived at once still blocks for the rest. A
+ * stop of the fiber's chain fails the call (NULL, EOF, -1 or 0, with errno
+ * ECANCELED); so does a signal handler without SA_RESTART (EINTR).
+ * iof_compat_fwait is that wait alone: 0, or -1 and errno. */
+IOF_API int iof_compat_fwait(FILE *fp);
+IOF_API char *iof_compat_fgets(char *s, int n, FILE *fp);
+IOF_API ssize_t iof_compat_getline(char **line, size_t *cap, FILE *fp);
+IOF_API ssize_t iof_compat_getdelim(char **line, size_t *cap, int delim,
+                                    FILE *fp);
+IOF_API int iof_compat_fgetc(FILE *fp);
+IOF_API int iof_compat_getc(FILE *fp);
+IOF_API int iof_compat_getchar(void);
+IOF_API size_t iof_compat_fread(void *p, size_t size, size_t n, FILE *fp);
+
 /* setsockopt(2), getsockopt(2), shutdown(2): passed to the kernel;
  * setsockopt also records SO_RCVTIMEO / SO_SNDTIMEO for fiber waits (a
  * zero timeval clears). Errors as the plain calls. */
