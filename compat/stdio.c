@@ -188,25 +188,35 @@ int iof_compat_fwait(FILE *fp) {
   return fd < 0 ? 0 : iof__fd_wait_first(fd, EV_READ);
 }
 
+/* glibc crashes on a NULL stream or buffer; these say EINVAL instead. */
+static bool bad(bool cond) {
+  if (cond) errno = EINVAL;
+  return cond;
+}
+
 char *iof_compat_fgets(char *s, int n, FILE *fp) {
-  return iof_compat_fwait(fp) < 0 ? NULL : iof__libc.fgets(s, n, fp);
+  if (bad(!s || !fp) || iof_compat_fwait(fp) < 0) return NULL;
+  return iof__libc.fgets(s, n, fp);
 }
 
 ssize_t iof_compat_getline(char **line, size_t *cap, FILE *fp) {
-  return iof_compat_fwait(fp) < 0 ? -1 : iof__libc.getline(line, cap, fp);
+  if (bad(!line || !cap || !fp) || iof_compat_fwait(fp) < 0) return -1;
+  return iof__libc.getline(line, cap, fp);
 }
 
 ssize_t iof_compat_getdelim(char **line, size_t *cap, int delim, FILE *fp) {
-  return iof_compat_fwait(fp) < 0 ? -1
-                                  : iof__libc.getdelim(line, cap, delim, fp);
+  if (bad(!line || !cap || !fp) || iof_compat_fwait(fp) < 0) return -1;
+  return iof__libc.getdelim(line, cap, delim, fp);
 }
 
 int iof_compat_fgetc(FILE *fp) {
-  return iof_compat_fwait(fp) < 0 ? EOF : iof__libc.fgetc(fp);
+  if (bad(!fp) || iof_compat_fwait(fp) < 0) return EOF;
+  return iof__libc.fgetc(fp);
 }
 
 int iof_compat_getc(FILE *fp) {
-  return iof_compat_fwait(fp) < 0 ? EOF : iof__libc.getc(fp);
+  if (bad(!fp) || iof_compat_fwait(fp) < 0) return EOF;
+  return iof__libc.getc(fp);
 }
 
 int iof_compat_getchar(void) {
@@ -214,5 +224,6 @@ int iof_compat_getchar(void) {
 }
 
 size_t iof_compat_fread(void *p, size_t size, size_t n, FILE *fp) {
-  return iof_compat_fwait(fp) < 0 ? 0 : iof__libc.fread(p, size, n, fp);
+  if (bad(!fp || (!p && size && n)) || iof_compat_fwait(fp) < 0) return 0;
+  return iof__libc.fread(p, size, n, fp);
 }

@@ -627,6 +627,62 @@ static void compat_signal_calls(void **state) {
   both_ways(signal_calls);
 }
 
+/* Reads of glibc's streams: NULL streams and buffers are EINVAL (glibc
+ * crashes), a write-only stream fails as glibc's does, and a file's
+ * stream reads as usual. */
+static int stdio_calls(void *arg) {
+  (void)arg;
+  char buf[32];
+  char *line = NULL;
+  size_t cap = 0;
+  CHECK_EQ(iof_compat_fwait(NULL), 0);
+  errno = 0;
+  CHECK_EQ(iof_compat_fgets(buf, sizeof buf, NULL) == NULL && errno == EINVAL,
+           1);
+  errno = 0;
+  CHECK_EQ(iof_compat_fgets(NULL, 8, stdin) == NULL && errno == EINVAL, 1);
+  CHECK_ERR(iof_compat_getline(&line, &cap, NULL), EINVAL);
+  CHECK_ERR(iof_compat_getline(NULL, &cap, stdin), EINVAL);
+  CHECK_ERR(iof_compat_getdelim(&line, NULL, ',', stdin), EINVAL);
+  errno = 0;
+  CHECK_EQ(iof_compat_fgetc(NULL) == EOF && errno == EINVAL, 1);
+  errno = 0;
+  CHECK_EQ(iof_compat_getc(NULL) == EOF && errno == EINVAL, 1);
+  errno = 0;
+  CHECK_EQ(iof_compat_fread(NULL, 1, 4, stdin) == 0 && errno == EINVAL, 1);
+  CHECK_EQ(iof_compat_fread(buf, 1, 4, NULL) == 0 && errno == EINVAL, 1);
+  char path[] = "/tmp/iof-hostile-stdio-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK_EQ(fd >= 0, 1);
+  if (fd < 0) return 0;
+  CHECK_EQ(write(fd, "one\ntwo\n", 8), 8);
+  FILE *w = fopen(path, "a");
+  CHECK_EQ(w != NULL, 1);
+  if (w) { /* a stream that cannot read: at once, as glibc's */
+    CHECK_EQ(iof_compat_fwait(w), 0);
+    CHECK_EQ(iof_compat_fgets(buf, sizeof buf, w) == NULL, 1);
+    fclose(w);
+  }
+  FILE *r = fopen(path, "r");
+  CHECK_EQ(r != NULL, 1);
+  if (r) {
+    CHECK_EQ(iof_compat_fgets(buf, sizeof buf, r) != NULL, 1);
+    CHECK_EQ(strcmp(buf, "one\n"), 0);
+    CHECK_EQ(iof_compat_getline(&line, &cap, r), 4);
+    CHECK_EQ(iof_compat_getc(r), EOF);
+    fclose(r);
+  }
+  free(line);
+  close(fd);
+  unlink(path);
+  return 0;
+}
+
+static void compat_stdio_calls(void **state) {
+  (void)state;
+  both_ways(stdio_calls);
+}
+
 /* Child waits with no child, a stranger's pid, bad options and types. */
 static int process_calls(void *arg) {
   (void)arg;
@@ -1868,6 +1924,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_poll_and_sleep_calls, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_signal_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_stdio_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_wild_sets, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_process_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(huge_compat_sleeps_are_long, reset,

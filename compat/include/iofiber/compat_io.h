@@ -313,7 +313,8 @@ IOF_API FILE *iof_compat_fdopen(int fd, const char *mode);
  * thread), then make the plain call; elsewhere the plain calls. A line or
  * record longer than what arrived at once still blocks for the rest. A
  * stop of the fiber's chain fails the call (NULL, EOF, -1 or 0, with errno
- * ECANCELED); so does a signal handler without SA_RESTART (EINTR).
+ * ECANCELED); so does a signal handler without SA_RESTART (EINTR). A
+ * NULL stream or buffer is EINVAL (glibc's calls crash on one).
  * iof_compat_fwait is that wait alone: 0, or -1 and errno. */
 IOF_API int iof_compat_fwait(FILE *fp);
 IOF_API char *iof_compat_fgets(char *s, int n, FILE *fp);
