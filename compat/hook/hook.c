@@ -34,6 +34,12 @@
  * its interposer a plain pass-through (counted as "blocked the thread" when
  * a fiber calls it). */
 #undef _FORTIFY_SOURCE
+/* No extern inline versions of the stdio calls interposed below
+ * (<bits/stdio.h> defines getchar, getline... when optimizing): clang will
+ * not give a definition that follows one the visibility attribute. */
+#ifndef __NO_INLINE__
+#define __NO_INLINE__ 1
+#endif
 #include "compat/hook/hook_internal.h"
 #include <iofiber/hook.h>
 
