@@ -121,7 +121,7 @@ static void test_mq_two_fibers(void **state) {
   run_fibers3(mq_receiver, mq_sender, ticker);
   assert_no_failures();
   assert_int_equal(atomic_load(&waiters_done), 2);
-  assert_true(atomic_load(&ticks) >= 10);
+  assert_true(atomic_load(&ticks) >= 5); /* as in test_sem_two_fibers */
   mq_close(mq);
 }
 
@@ -349,7 +349,9 @@ static void test_sem_two_fibers(void **state) {
   semctl(sem_id, 0, IPC_RMID);
   assert_no_failures();
   assert_int_equal(atomic_load(&waiters_done), 2);
-  assert_true(atomic_load(&ticks) >= 15);
+  /* ~30 ticks of 2 ms while the waits last; a blocked thread gets 1 or 2.
+   * 5 leaves room for a loaded machine (a clang CI run read under 15). */
+  assert_true(atomic_load(&ticks) >= 5);
 }
 
 static int sem_errors(void *arg) {
@@ -500,7 +502,9 @@ static void test_msg_two_fibers(void **state) {
   msgctl(msg_id, IPC_RMID, NULL);
   assert_no_failures();
   assert_int_equal(atomic_load(&waiters_done), 2);
-  assert_true(atomic_load(&ticks) >= 15);
+  /* ~30 ticks of 2 ms while the waits last; a blocked thread gets 1 or 2.
+   * 5 leaves room for a loaded machine (a clang CI run read under 15). */
+  assert_true(atomic_load(&ticks) >= 5);
 }
 
 static int msg_errors(void *arg) {
