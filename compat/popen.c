@@ -163,6 +163,10 @@ FILE *iof_compat_popen(const char *cmd, const char *mode) {
 }
 
 int iof_compat_pclose(FILE *fp) {
+  if (!fp) { /* glibc's pclose dereferences it */
+    errno = EINVAL;
+    return -1;
+  }
   iof__lk_lock(&lk);
   pstream *p = streams;
   while (p && p->fp != fp) p = p->next;

@@ -29,6 +29,11 @@
 #include <sys/epoll.h>
 #include <sys/ipc.h>
 #include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/file.h>
+#include <sys/syscall.h>
+#include <linux/futex.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/select.h>
@@ -1913,6 +1918,205 @@ static void compat_rwlock_prefer_writer(void **state) {
   both_ways(prefer_writer_calls);
 }
 
+/* ---- the calls no other test here feeds bad input ------------------- */
+
+extern char **environ;
+
+/* File locks, queues, waits, spawns, pipes and vectors: bad fds, NULL
+ * and wild pointers, unknown ops and flags give the plain calls' errors,
+ * never a crash or a wait. */
+static int more_io_calls(void *arg) {
+  (void)arg;
+  int fds[2], p[2];
+  CHECK_EQ(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  CHECK_EQ(iof_compat_pipe(p), 0);
+  char buf[8] = "abc";
+  CHECK_ERR(iof_compat_flock(-1, LOCK_EX), EBADF);
+  CHECK_ERR(iof_compat_flock(INT_MAX, LOCK_SH), EBADF);
+  CHECK_ERR(iof_compat_flock(p[0], 0), EINVAL);
+  CHECK_ERR(iof_compat_flock(p[0], LOCK_SH | LOCK_EX), EINVAL);
+  CHECK_ERR(iof_compat_lockf(-1, F_LOCK, 0), EBADF);
+  CHECK_ERR(iof_compat_lockf(p[0], 99, 0), EINVAL);
+  CHECK_ERR(iof_compat_mq_close(-1), EBADF);
+  CHECK_ERR(iof_compat_mq_close(INT_MAX), EBADF);
+  CHECK_ERR(iof_compat_wait3(NULL, 0, NULL), ECHILD);
+  CHECK_ERR(iof_compat_wait3(NULL, 0x100, NULL), EINVAL);
+  CHECK_ERR(iof_compat_recvfrom(-1, buf, 1, 0, NULL, NULL), EBADF);
+  CHECK_ERR(iof_compat_recvmmsg(-1, NULL, 1, 0, NULL), EBADF);
+  CHECK_ERR(iof_compat_sendmmsg(-1, NULL, 1, 0), EBADF);
+  CHECK_ERR(iof_compat_sendmmsg(fds[0], NULL, 1, 0), EFAULT);
+  CHECK_ERR(iof_compat_sendmmsg(fds[0], (struct mmsghdr *)8, 3, 0), EFAULT);
+  CHECK_ERR(iof_compat_sendmmsg(fds[0], (struct mmsghdr *)8, UINT_MAX, 0),
+            EFAULT);
+  CHECK_EQ(iof_compat_write(fds[0], buf, 3), 3);
+  CHECK_ERR(iof_compat_recvfrom(fds[1], (void *)8, 1, 0, NULL, NULL), EFAULT);
+  CHECK_ERR(iof_compat_recvmmsg(fds[1], NULL, 1, 0, NULL), EFAULT);
+  CHECK_ERR(iof_compat_recvmmsg(fds[1], (struct mmsghdr *)8, 1, 0, NULL),
+            EFAULT);
+  struct timespec badts = {0, -1};
+  struct mmsghdr mm = {0};
+  struct iovec iv = {buf, sizeof buf};
+  mm.msg_hdr.msg_iov = &iv;
+  mm.msg_hdr.msg_iovlen = 1;
+  CHECK_ERR(iof_compat_recvmmsg(fds[1], &mm, 1, 0, &badts), EINVAL);
+  CHECK_EQ(iof_compat_recvmmsg(fds[1], &mm, 1, 0, NULL), 1);
+  CHECK_EQ(mm.msg_len, 3);
+  CHECK_ERR(iof_compat_sendfile(-1, -1, NULL, 1), EBADF);
+  CHECK_ERR(iof_compat_sendfile(fds[0], p[0], (off_t *)8, 1), EFAULT);
+  CHECK_ERR(iof_compat_splice(-1, NULL, p[1], NULL, 1, 0), EBADF);
+  CHECK_ERR(iof_compat_splice(fds[0], NULL, fds[1], NULL, 1, 0), EINVAL);
+  CHECK_ERR(iof_compat_splice(p[0], (loff_t *)8, p[1], NULL, 1, 0), ESPIPE);
+  CHECK_ERR(iof_compat_tee(-1, p[1], 1, 0), EBADF);
+  CHECK_ERR(iof_compat_tee(fds[0], p[1], 1, 0), EINVAL);
+  CHECK_ERR(iof_compat_tee(p[0], p[1], 1, 0), EINVAL); /* same pipe */
+  CHECK_ERR(iof_compat_vmsplice(-1, &iv, 1, 0), EBADF);
+  CHECK_ERR(iof_compat_vmsplice(p[1], NULL, 1, 0), EFAULT);
+  CHECK_ERR(iof_compat_vmsplice(p[1], (const struct iovec *)8, 1, 0), EFAULT);
+  CHECK_ERR(iof_compat_vmsplice(p[1], &iv, SIZE_MAX, 0), EINVAL);
+  CHECK_ERR(iof_compat_vmsplice(fds[0], &iv, 1, 0), EBADF);
+  struct sembuf op = {0, -1, 0};
+  CHECK_ERR(iof_compat_semop(-1, &op, 1), EINVAL);
+  CHECK_ERR(iof_compat_semop(-1, NULL, 1), EFAULT);
+  CHECK_ERR(iof_compat_semtimedop(-1, &op, 1, &badts), EINVAL);
+  CHECK_ERR(iof_compat_semtimedop(-1, &op, 1, (struct timespec *)8), EFAULT);
+  int sem = semget(IPC_PRIVATE, 1, 0600);
+  CHECK_EQ(sem >= 0, 1);
+  CHECK_ERR(iof_compat_semop(sem, NULL, 1), EFAULT);
+  CHECK_ERR(iof_compat_semop(sem, (struct sembuf *)8, 1), EFAULT);
+  CHECK_ERR(iof_compat_semop(sem, &op, 0), EINVAL);
+  CHECK_ERR(iof_compat_semop(sem, &op, SIZE_MAX), E2BIG);
+  CHECK_ERR(iof_compat_semtimedop(sem, &op, 1, (struct timespec *)8), EFAULT);
+  struct timespec tiny = {0, 1000};
+  CHECK_ERR(iof_compat_semtimedop(sem, &op, 1, &tiny), EAGAIN);
+  op.sem_op = 1;
+  CHECK_EQ(iof_compat_semop(sem, &op, 1), 0); /* still works */
+  CHECK_EQ(semctl(sem, 0, IPC_RMID), 0);
+  CHECK_ERR(iof_compat_futex(NULL, FUTEX_WAKE, 1, NULL, NULL, 0), EFAULT);
+  CHECK_EQ(iof_compat_syscall(SYS_getpid), getpid());
+  CHECK_ERR(iof_compat_syscall(-1), ENOSYS);
+  CHECK_ERR(iof_compat_syscall(100000), ENOSYS);
+  CHECK_EQ(iof_compat_system(NULL) != 0, 1);
+  CHECK_EQ(iof_compat_system("exit 3"), 3 << 8);
+  pid_t pid;
+  char *argv[] = {"true", NULL};
+  CHECK_EQ(
+      iof_compat_posix_spawn(&pid, "/nonexistent/x", NULL, NULL, argv, environ),
+      ENOENT);
+  CHECK_EQ(iof_compat_posix_spawnp(&pid, "no-such-program-xyz", NULL, NULL,
+                                   argv, environ),
+           ENOENT);
+  CHECK_EQ(iof_compat_posix_spawnp(NULL, "true", NULL, NULL, argv, environ), 0);
+  CHECK_EQ(iof_compat_wait3(NULL, 0, NULL) > 0, 1);
+  CHECK_ERR(iof_compat_pclose(NULL), EINVAL); /* glibc's crashes */
+  CHECK_EQ(iof_compat_close(fds[0]), 0);
+  CHECK_EQ(iof_compat_close(fds[1]), 0);
+  CHECK_EQ(iof_compat_close(p[0]), 0);
+  CHECK_EQ(iof_compat_close(p[1]), 0);
+  return 0;
+}
+
+static void compat_more_io_calls(void **state) {
+  (void)state;
+  both_ways(more_io_calls);
+}
+
+/* The scheduling, affinity, cancel-state and timed-lock calls on the
+ * caller itself: a fiber thread's own answers, the real ones elsewhere. */
+static int more_thread_calls(void *arg) {
+  (void)arg;
+  pthread_t self = iof_compat_pthread_self();
+  CHECK_EQ(iof_compat_pthread_equal(self, self) != 0, 1);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CHECK_EQ(iof_compat_pthread_getaffinity_np(self, sizeof set, &set), 0);
+  CHECK_EQ(CPU_COUNT(&set) > 0, 1);
+  CHECK_EQ(iof_compat_pthread_getaffinity_np(self, 0, &set), EINVAL);
+  CHECK_EQ(iof_compat_pthread_getaffinity_np(self, sizeof set, NULL), EFAULT);
+  CHECK_EQ(iof_compat_pthread_setaffinity_np(self, sizeof set, NULL), EFAULT);
+  cpu_set_t none;
+  CPU_ZERO(&none);
+  CHECK_EQ(iof_compat_pthread_setaffinity_np(self, sizeof none, &none), EINVAL);
+  CHECK_EQ(iof_compat_pthread_setaffinity_np(self, sizeof set, &set), 0);
+  struct sched_param sp = {0};
+  CHECK_EQ(iof_compat_pthread_setschedparam(self, -1, &sp), EINVAL);
+  CHECK_EQ(iof_compat_pthread_setschedparam(self, SCHED_OTHER, &sp), 0);
+  sp.sched_priority = 5;
+  CHECK_EQ(iof_compat_pthread_setschedparam(self, SCHED_OTHER, &sp), EINVAL);
+  CHECK_EQ(iof_compat_pthread_setschedprio(self, INT_MAX), EINVAL);
+  clockid_t cid;
+  int r = iof_compat_pthread_getcpuclockid(self, &cid);
+  CHECK_EQ(r == 0 || r == ENOTSUP, 1);
+  union sigval sv = {0};
+  CHECK_EQ(iof_compat_pthread_sigqueue(self, -1, sv), EINVAL);
+  CHECK_EQ(iof_compat_pthread_sigqueue(self, 1000, sv), EINVAL);
+  CHECK_EQ(iof_compat_pthread_sigqueue(self, 0, sv), 0);
+  int old = -1;
+  CHECK_EQ(iof_compat_pthread_setcancelstate(99, &old), EINVAL);
+  CHECK_EQ(old, -1);
+  CHECK_EQ(iof_compat_pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL), 0);
+  CHECK_EQ(iof_compat_pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old), 0);
+  CHECK_EQ(old, PTHREAD_CANCEL_DISABLE);
+  CHECK_EQ(iof_compat_pthread_setcanceltype(-1, &old), EINVAL);
+  CHECK_EQ(iof_compat_pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, NULL), 0);
+  iof_compat_pthread_testcancel();
+  CHECK_EQ(iof_compat_cxa_thread_atexit_impl(NULL, &old, NULL), -ESRCH);
+  struct timespec past = {0, 0}, bad = {0, -1};
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  CHECK_EQ(iof_compat_pthread_mutex_clocklock(NULL, CLOCK_MONOTONIC, &past),
+           EINVAL);
+  CHECK_EQ(iof_compat_pthread_mutex_clocklock(&m, (clockid_t)12345, &past),
+           EINVAL);
+  CHECK_EQ(iof_compat_pthread_mutex_clocklock(&m, CLOCK_MONOTONIC, &past), 0);
+  CHECK_EQ(iof_compat_pthread_mutex_clocklock(&m, CLOCK_MONOTONIC, &past),
+           EDEADLK);
+  CHECK_EQ(iof_compat_pthread_mutex_unlock(&m), 0);
+  pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+  CHECK_EQ(iof_compat_pthread_rwlock_clockrdlock(NULL, CLOCK_MONOTONIC, &past),
+           EINVAL);
+  CHECK_EQ(iof_compat_pthread_rwlock_clockwrlock(NULL, CLOCK_MONOTONIC, &past),
+           EINVAL);
+  CHECK_EQ(iof_compat_pthread_rwlock_clockrdlock(&rw, (clockid_t)12345, &past),
+           EINVAL);
+  CHECK_EQ(iof_compat_pthread_rwlock_clockwrlock(&rw, (clockid_t)12345, &past),
+           EINVAL);
+  CHECK_EQ(iof_compat_pthread_rwlock_clockwrlock(&rw, CLOCK_REALTIME, &bad),
+           0); /* free: abstime not looked at */
+  CHECK_EQ(iof_compat_pthread_rwlock_clockrdlock(&rw, CLOCK_MONOTONIC, &past),
+           EDEADLK);
+  CHECK_EQ(iof_compat_pthread_rwlock_unlock(&rw), 0);
+  CHECK_EQ(iof_compat_pthread_rwlock_destroy(&rw), 0);
+  pthread_t t;
+  CHECK_EQ(iof_compat_pthread_create(&t, NULL, ret_arg, NULL), 0);
+  CHECK_EQ(iof_compat_pthread_clockjoin_np(t, NULL, (clockid_t)12345, &past),
+           EINVAL);
+  if (in_a_fiber) /* glibc looks at abstime only when it has to wait */
+    CHECK_EQ(iof_compat_pthread_clockjoin_np(t, NULL, CLOCK_MONOTONIC, &bad),
+             EINVAL);
+  CHECK_EQ(iof_compat_pthread_clockjoin_np(t, NULL, CLOCK_MONOTONIC, NULL), 0);
+  CHECK_EQ(iof_compat_pthread_clockjoin_np(self, NULL, CLOCK_MONOTONIC, NULL),
+           EDEADLK);
+  return 0;
+}
+
+static void *more_thread_calls_thread(void *arg) {
+  return (void *)(intptr_t)more_thread_calls(arg);
+}
+
+static int more_thread_calls_in_a_fiber_thread(void *arg) {
+  (void)arg;
+  pthread_t t;
+  CHECK_EQ(iof_compat_pthread_create(&t, NULL, more_thread_calls_thread, NULL),
+           0);
+  CHECK_EQ(iof_compat_pthread_join(t, NULL), 0);
+  return 0;
+}
+
+static void compat_more_thread_calls(void **state) {
+  (void)state;
+  both_ways(more_thread_calls);
+  both_ways(more_thread_calls_in_a_fiber_thread);
+}
+
 int main(void) {
   trace = getenv("HOSTILE_TRACE") != NULL;
   const struct CMUnitTest tests[] = {
@@ -1950,6 +2154,8 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_ending_thread_names, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(compat_more_io_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_more_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_rwlock_try_busy, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_connect_again, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_once_left_by_exit, reset, disarm),

@@ -196,7 +196,7 @@ IOF_API int iof_compat_system(const char *cmd);
  * or writing its input suspends only the fiber, and so does pclose's (or
  * fclose's) wait for the child. Outside fibers libc's popen. pclose takes
  * either kind of stream. NULL/-1 and errno as the libc calls (EINVAL for
- * a bad or NULL mode, where glibc crashes). */
+ * a bad or NULL mode, and for pclose(NULL), where glibc crashes). */
 IOF_API FILE *iof_compat_popen(const char *cmd, const char *mode);
 IOF_API int iof_compat_pclose(FILE *stream);
 /* As posix_spawn(3) and posix_spawnp(3); from a fiber thread the child
