@@ -837,6 +837,63 @@ static void sync_null_arguments(void **state) {
   assert_int_equal(iof_event_trywait(NULL), -EINVAL);
 }
 
+/* The read-write lock's try and timed calls: NULL, the caller's own
+ * hold, extreme deadlines, a full reader count; the lock still works
+ * after each refusal. */
+static int rwlock_calls(void *arg) {
+  (void)arg;
+  CHECK_EQ(iof_rwlock_init(NULL), -EINVAL);
+  CHECK_EQ(iof_rwlock_destroy(NULL), -EINVAL);
+  CHECK_EQ(iof_rwlock_rdlock(NULL), -EINVAL);
+  CHECK_EQ(iof_rwlock_wrlock(NULL), -EINVAL);
+  CHECK_EQ(iof_rwlock_tryrdlock(NULL), -EINVAL);
+  CHECK_EQ(iof_rwlock_trywrlock(NULL), -EINVAL);
+  CHECK_EQ(iof_rwlock_timedrdlock(NULL, INT64_MAX), -EINVAL);
+  CHECK_EQ(iof_rwlock_timedwrlock(NULL, INT64_MIN), -EINVAL);
+  CHECK_EQ(iof_rwlock_unlock(NULL), -EINVAL);
+  iof_rwlock rw;
+  CHECK_EQ(iof_rwlock_init(&rw), 0);
+  CHECK_EQ(iof_rwlock_unlock(&rw), -EPERM);
+  /* Free: taken whatever the deadline. */
+  CHECK_EQ(iof_rwlock_timedwrlock(&rw, INT64_MIN), 0);
+  CHECK_EQ(iof_rwlock_trywrlock(&rw), -EDEADLK);
+  CHECK_EQ(iof_rwlock_tryrdlock(&rw), -EDEADLK);
+  CHECK_EQ(iof_rwlock_timedrdlock(&rw, INT64_MAX), -EDEADLK);
+  CHECK_EQ(iof_rwlock_timedwrlock(&rw, -1), -EDEADLK);
+  CHECK_EQ(iof_rwlock_destroy(&rw), -EBUSY);
+  CHECK_EQ(iof_rwlock_unlock(&rw), 0);
+  CHECK_EQ(iof_rwlock_unlock(&rw), -EPERM);
+  CHECK_EQ(iof_rwlock_timedrdlock(&rw, INT64_MIN), 0);
+  CHECK_EQ(iof_rwlock_tryrdlock(&rw), 0);
+  CHECK_EQ(iof_rwlock_trywrlock(&rw), -EBUSY);
+  /* A reader asking to write waits for itself: only a deadline ends it. */
+  CHECK_EQ(iof_rwlock_timedwrlock(&rw, INT64_MIN), -ETIMEDOUT);
+  CHECK_EQ(iof_rwlock_timedwrlock(&rw, iof_deadline_after(1000000)),
+           -ETIMEDOUT);
+  CHECK_EQ(iof_rwlock_destroy(&rw), -EBUSY);
+  CHECK_EQ(iof_rwlock_unlock(&rw), 0);
+  CHECK_EQ(iof_rwlock_unlock(&rw), 0);
+  CHECK_EQ(iof_rwlock_unlock(&rw), -EPERM);
+  /* A full reader count: -EAGAIN, nothing counted. */
+  rw.readers = UINT_MAX;
+  CHECK_EQ(iof_rwlock_tryrdlock(&rw), -EAGAIN);
+  CHECK_EQ(iof_rwlock_rdlock(&rw), -EAGAIN);
+  CHECK_EQ(iof_rwlock_timedrdlock(&rw, INT64_MAX), -EAGAIN);
+  CHECK_EQ(rw.readers, UINT_MAX);
+  rw.readers = 0;
+  CHECK_EQ(iof_rwlock_wrlock(&rw), 0);
+  CHECK_EQ(iof_rwlock_unlock(&rw), 0);
+  CHECK_EQ(iof_rwlock_destroy(&rw), 0);
+  return 0;
+}
+
+static void rwlock_bad_arguments(void **state) {
+  (void)state;
+  assert_int_equal(rwlock_calls(NULL), 0); /* a plain thread */
+  assert_int_equal(atomic_load(&failures), 0);
+  in_fiber(rwlock_calls, NULL);
+}
+
 static void sync_misuse_from_a_thread(void **state) {
   (void)state;
   iof_mutex m;
@@ -1312,6 +1369,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(pool_launch_after_stop, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_null_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_misuse_from_a_thread, reset, disarm),
+      cmocka_unit_test_setup_teardown(rwlock_bad_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_misuse_from_a_fiber, reset, disarm),
       cmocka_unit_test_setup_teardown(destroy_with_waiters_is_ebusy, reset,
                                       disarm),
