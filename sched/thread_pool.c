@@ -11,6 +11,7 @@
 #include <iofiber/thread_pool.h>
 
 #include "sched/sched_internal.h"
+#include "sched/sync_internal.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -48,6 +49,7 @@ struct iof_thread_pool {
   iof_spin_policy spin_policy; /* (lock) */
   bool stop;
   bool joined;
+  size_t exited; /* workers past their loop (lock) */
   size_t n;
   pthread_t *threads;
 };
@@ -224,6 +226,7 @@ static void *worker(void *arg) {
     iof__spin_woke(&p->spin_policy, missed);
     missed = 0;
   }
+  p->exited++;
   pthread_mutex_unlock(&p->lock);
   iof__run_mark_pop(&mark);
   return NULL;
@@ -349,6 +352,18 @@ void iof_thread_pool_stop(iof_thread_pool *p) {
   pthread_mutex_unlock(&p->lock);
 }
 
+static bool nap_begin(void *op, iof__wait *w) {
+  (void)op;
+  return iof__wait_publish(w);
+}
+
+static size_t exited(iof_thread_pool *p) {
+  pthread_mutex_lock(&p->lock);
+  size_t n = p->exited;
+  pthread_mutex_unlock(&p->lock);
+  return n;
+}
+
 int iof_thread_pool_join(iof_thread_pool *p) {
   if (!p) return -EINVAL;
   if (iof__thread_runs(&p->ctx)) return -EDEADLK;
@@ -358,8 +373,23 @@ int iof_thread_pool_join(iof_thread_pool *p) {
   p->joined = true;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lock);
-  if (!joined)
-    for (size_t i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
+  if (joined) return 0;
+  /* A launched fiber naps (1 ms, uncancellable) until the workers are
+   * gone rather than block its thread: a pool chain may be waiting on that
+   * thread's context (an iof_run hop to it, its sockets or timers), and
+   * its work keeps the workers running. Not once that context shuts down:
+   * its drain runs no timers (and its waits are being cancelled). */
+  iof_fiber *self = iof__sync_fiber();
+  iof_execution_context *home =
+      self ? iof_executor_context(self->env->executor) : NULL;
+  if (self)
+    while (exited(p) < p->n && !iof_execution_context_stopping(home)) {
+      iof__wait w;
+      int r = iof__wait_block(NULL, nap_begin, &w,
+                              iof__sat_add(iof__now_ns(), 1000000), 0);
+      if (r != -ETIMEDOUT) iof_yield(); /* no timer: let the loop run */
+    }
+  for (size_t i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
   return 0;
 }
 

@@ -771,6 +771,85 @@ static void pool_calls_from_its_own_thread(void **state) {
   assert_int_equal(iof_thread_pool_destroy(ps.p), 0);
 }
 
+/* A fiber joining a pool whose chain waits on that fiber's own context (an
+ * iof_run hop to it): the join must not hold the thread the chain needs. */
+typedef struct join_hop {
+  iof_io_context *io;
+  iof_thread_pool *p;
+  int hop, join;
+} join_hop;
+
+static int hop_nap(void *arg) {
+  (void)arg;
+  return iof_sleep_for(5000000);
+}
+
+static int hop_to_io(void *arg) {
+  join_hop *j = arg;
+  j->hop = iof_run(iof_io_context_executor(j->io), NULL, hop_nap, NULL);
+  return 0;
+}
+
+static int join_from_io(void *arg) {
+  join_hop *j = arg;
+  iof_sleep_for(1000000); /* the pool chain is on its way here */
+  j->join = iof_thread_pool_join(j->p);
+  return 0;
+}
+
+static void pool_join_from_a_fiber_its_chain_needs(void **state) {
+  (void)state;
+  join_hop j = {0};
+  j.hop = j.join = 1;
+  j.io = iof_io_context_create();
+  assert_non_null(j.io);
+  j.p = iof_thread_pool_create(1);
+  assert_non_null(j.p);
+  assert_int_equal(iof_launch(iof_io_context_executor(j.io), join_from_io, &j),
+                   0);
+  assert_int_equal(iof_launch(iof_thread_pool_executor(j.p), hop_to_io, &j), 0);
+  iof_io_context_run(j.io);
+  assert_int_equal(j.join, 0);
+  assert_int_equal(j.hop, 0);
+  assert_int_equal(iof_thread_pool_join(j.p), 0); /* again: done */
+  assert_int_equal(iof_thread_pool_destroy(j.p), 0);
+  assert_int_equal(iof_io_context_destroy(j.io), 0);
+}
+
+/* The same join from a fiber that its context's destroy is draining: the
+ * drain runs no timers, so the join blocks the thread as a plain thread's
+ * (the pool's work does not need this context), and destroy succeeds. */
+static int pool_busy(void *arg) {
+  (void)arg;
+  usleep(20000);
+  return 0;
+}
+
+static int join_in_drain(void *arg) {
+  join_hop *j = arg;
+  iof_sleep_for(INT64_MAX); /* until the shutdown */
+  CHECK_EQ(iof_launch(iof_thread_pool_executor(j->p), pool_busy, NULL), 0);
+  j->join = iof_thread_pool_join(j->p);
+  return 0;
+}
+
+static void pool_join_from_a_fiber_in_its_context_drain(void **state) {
+  (void)state;
+  join_hop j = {0};
+  j.join = 1;
+  j.io = iof_io_context_create();
+  assert_non_null(j.io);
+  j.p = iof_thread_pool_create(1);
+  assert_non_null(j.p);
+  assert_int_equal(iof_launch(iof_io_context_executor(j.io), join_in_drain, &j),
+                   0);
+  assert_int_equal(iof_io_context_run_for(j.io, 2000000), 1);
+  assert_int_equal(iof_io_context_destroy(j.io), 0);
+  assert_int_equal(j.join, 0);
+  assert_int_equal(iof_thread_pool_destroy(j.p), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 static void count_done(void *user, int status) {
   int *d = user;
   d[0]++;
@@ -1367,6 +1446,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(pool_calls_from_its_own_thread, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(pool_launch_after_stop, reset, disarm),
+      cmocka_unit_test_setup_teardown(pool_join_from_a_fiber_its_chain_needs,
+                                      reset, disarm),
+      cmocka_unit_test_setup_teardown(
+          pool_join_from_a_fiber_in_its_context_drain, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_null_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_misuse_from_a_thread, reset, disarm),
       cmocka_unit_test_setup_teardown(rwlock_bad_arguments, reset, disarm),
