@@ -94,6 +94,10 @@ int iof_signal_wait(iof_io_context *io, int signo) {
       signo == SIGSTOP || signo == SIGSEGV || signo == SIGBUS ||
       signo == SIGILL || signo == SIGFPE)
     return -EINVAL;
+  /* 32 and 33 below SIGRTMIN are glibc's own (cancellation, setxid): its
+   * sigaction refuses them, so libev's handler never goes in and the wait
+   * would never end. */
+  if (signo >= 32 && signo < SIGRTMIN) return -EINVAL;
   sig_wait sw;
   iof__io_op_init(&sw.op, io, arm, disarm, NULL);
   sw.signo = signo;

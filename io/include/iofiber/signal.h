@@ -12,8 +12,9 @@ extern "C" {
  * While a fiber waits, the signal's disposition is libev's (the default
  * action does not happen); the program's own (a handler, SIG_IGN) comes
  * back once the last wait on it ends. A signal can be watched by one
- * io_context at a time. -EINVAL (bad signo, SIGKILL/SIGSTOP, and the fault
- * signals SIGSEGV/SIGBUS/SIGILL/SIGFPE, which must keep crashing), -EBUSY
+ * io_context at a time. -EINVAL (bad signo, SIGKILL/SIGSTOP, the fault
+ * signals SIGSEGV/SIGBUS/SIGILL/SIGFPE, which must keep crashing, and the
+ * C library's own signals between 31 and SIGRTMIN), -EBUSY
  * (another io_context watches it), -ECANCELED, -EPERM outside a launched
  * fiber, -ENOMEM (as iof_read_some: libev could not grow). */
 IOF_API int iof_signal_wait(iof_io_context *io, int signo);
