@@ -291,7 +291,10 @@ int iof__socket_new(iof_io_context *io, int fd, int family, int type,
 
 int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
   if (!io || !out) return -EINVAL;
-  int fl = fd < 0 ? -1 : fcntl(fd, F_GETFL);
+  /* The runtime's own descriptors (a loop's epoll fd, its wake-up fd) are
+   * as if not open, as for compat's close: a socket on one made libev
+   * assert once it was watched or closed. */
+  int fl = fd < 0 || iof__rt_fd_owned(fd) ? -1 : fcntl(fd, F_GETFL);
   if (fl < 0) return -EBADF;
   /* Only a foreign fd pays for these: the runtime's own sockets are made
    * with SOCK_NONBLOCK | SOCK_CLOEXEC. */

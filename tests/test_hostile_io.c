@@ -1002,6 +1002,51 @@ static void out_of_descriptors(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* ---- the runtime's own descriptors ------------------------------------ */
+
+/* The fds that are an epoll instance or an eventfd, as a bitmap. */
+static void loop_fds(unsigned char *map, int n) {
+  memset(map, 0, (size_t)n);
+  for (int fd = 0; fd < n; fd++) {
+    char path[64], to[64] = {0};
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    if (readlink(path, to, sizeof to - 1) < 0) continue;
+    map[fd] = strstr(to, "[eventpoll]") || strstr(to, "[eventfd]");
+  }
+}
+
+static int nap_ok(void *arg) {
+  (void)arg;
+  CHECK_EQ(iof_sleep_for(MS), 0);
+  return 0;
+}
+
+/* A loop's epoll fd and wake-up eventfd are the runtime's: adopting one
+ * is -EBADF (as if not open), never a socket that makes libev assert
+ * once it is watched or closed; the loop still works. */
+static void runtime_fds_are_not_adopted(void **state) {
+  (void)state;
+  enum { N = 4096 };
+  static unsigned char before[N], after[N];
+  loop_fds(before, N);
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  loop_fds(after, N);
+  int seen = 0;
+  for (int fd = 0; fd < N; fd++) {
+    if (!after[fd] || before[fd]) continue;
+    iof_socket *s = NULL;
+    assert_int_equal(iof_socket_adopt(io, fd, &s), -EBADF);
+    assert_null(s);
+    seen++;
+  }
+  assert_true(seen >= 2); /* the epoll fd and the eventfd */
+  launch(io, nap_ok, NULL);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 /* ---- freeing a socket another fiber waits on -------------------------- */
 
 typedef struct freeing {
@@ -1295,6 +1340,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(stream_and_reader_bad_arguments, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(runtime_fds_are_not_adopted, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(out_of_descriptors, reset, disarm),
       cmocka_unit_test_setup_teardown(reader_against_random_bytes, reset,
                                       disarm),
