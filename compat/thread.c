@@ -1147,6 +1147,7 @@ int iof_compat_pthread_getcpuclockid(pthread_t thread, clockid_t *clock) {
  * another CPU would end with all on the last). */
 int iof_compat_pthread_getaffinity_np(pthread_t thread, size_t size,
                                       cpu_set_t *set) {
+  if (!set) return EFAULT; /* the kernel's answer; glibc's is undefined */
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_getaffinity_np(thread, size, set);
   if (record_retired(t)) return ESRCH;
@@ -1158,10 +1159,10 @@ int iof_compat_pthread_getaffinity_np(pthread_t thread, size_t size,
 
 int iof_compat_pthread_setaffinity_np(pthread_t thread, size_t size,
                                       const cpu_set_t *set) {
+  if (!set) return EFAULT; /* the kernel's answer; glibc's is undefined */
   iof__cthread *t = record_of(thread);
   if (!t) return pthread_setaffinity_np(thread, size, set);
   if (record_retired(t)) return ESRCH;
-  if (!set) return EFAULT;
   cpu_set_t allowed;
   int e = errno;
   int r = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? 0 : errno;

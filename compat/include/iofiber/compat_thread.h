@@ -100,7 +100,7 @@ IOF_API int iof_compat_pthread_clockjoin_np(pthread_t thread, void **retval,
 
 /* Affinity of a fiber thread: its io thread's. get reports the calling OS
  * thread's set; set checks it (EINVAL when no CPU of it may be used) and
- * changes nothing. */
+ * changes nothing. A NULL set: EFAULT, for any thread. */
 IOF_API int iof_compat_pthread_getaffinity_np(pthread_t thread, size_t size,
                                               cpu_set_t *set);
 IOF_API int iof_compat_pthread_setaffinity_np(pthread_t thread, size_t size,
