@@ -509,6 +509,9 @@ static void poll_after(iof_io_context *io, bool found) {
 static int drive(iof_io_context *io, long max_fibers, bool wait,
                  int64_t timeout_ns) {
   if (!io) return -EINVAL;
+  /* From an iof_fiber_walk callback: a fiber that ended would wait for the
+   * registry the walk holds on this very thread. */
+  if (iof__debug_walking) return -EDEADLK;
   int expect = 0;
   if (timeout_ns >= 0 && iof__ev_mem_ok() < 0) return -ENOMEM;
   if (!atomic_compare_exchange_strong(&io->running, &expect, 1)) return -EBUSY;
@@ -615,6 +618,7 @@ void iof_io_context_restart(iof_io_context *io) {
 
 int iof_io_context_destroy(iof_io_context *io) {
   if (!io) return -EINVAL;
+  if (iof__debug_walking) return -EDEADLK; /* as drive */
   /* Held for the drain: a fiber (or its on_done) that calls run, poll or
    * destroy from inside it gets -EBUSY, as from inside a run, instead of
    * a nested loop on its own stack that waits for its own chain to end. */

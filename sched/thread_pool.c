@@ -366,7 +366,9 @@ static size_t exited(iof_thread_pool *p) {
 
 int iof_thread_pool_join(iof_thread_pool *p) {
   if (!p) return -EINVAL;
-  if (iof__thread_runs(&p->ctx)) return -EDEADLK;
+  /* The workers' fibers end by unregistering, which waits for the registry
+   * an iof_fiber_walk callback on this thread holds. */
+  if (iof__thread_runs(&p->ctx) || iof__debug_walking) return -EDEADLK;
   pthread_mutex_lock(&p->lock);
   atomic_store(&p->joining, true);
   bool joined = p->joined;
@@ -395,7 +397,7 @@ int iof_thread_pool_join(iof_thread_pool *p) {
 
 int iof_thread_pool_destroy(iof_thread_pool *p) {
   if (!p) return -EINVAL;
-  if (iof__thread_runs(&p->ctx)) return -EDEADLK;
+  if (iof__thread_runs(&p->ctx) || iof__debug_walking) return -EDEADLK;
   iof_thread_pool_stop(p);
   iof_thread_pool_join(p);
   iof_execution_context_shutdown(&p->ctx);

@@ -687,7 +687,10 @@ static void launch_misuse_inside_fiber(void **state) {
 
 typedef struct walker {
   iof_executor_ref ex;
-  int seen, launch_rc, nested_rc;
+  iof_io_context *io;
+  iof_thread_pool *pool;
+  int seen, launch_rc, nested_rc, dump_rc;
+  int run_rc[4], destroy_rc, join_rc, pool_destroy_rc;
 } walker;
 
 static int walk_cb(const iof_fiber_info *info, void *arg) {
@@ -696,20 +699,43 @@ static int walk_cb(const iof_fiber_info *info, void *arg) {
   w->seen++;
   w->launch_rc = iof_launch(w->ex, ret0, NULL); /* would spin */
   w->nested_rc = iof_fiber_walk(walk_cb, arg);  /* would spin */
-  return 1;                                     /* stop after one */
+  FILE *null = fopen("/dev/null", "w");
+  w->dump_rc = iof_fiber_dump(null);
+  fclose(null);
+  /* A fiber ending inside (run, destroy's drain, a pool's worker) would
+   * wait for the registry the walk holds: hung before. */
+  w->run_rc[0] = iof_io_context_run(w->io);
+  w->run_rc[1] = iof_io_context_run_one(w->io);
+  w->run_rc[2] = iof_io_context_poll(w->io);
+  w->run_rc[3] = iof_io_context_run_for(w->io, 1000000);
+  w->destroy_rc = iof_io_context_destroy(w->io);
+  w->join_rc = iof_thread_pool_join(w->pool);
+  w->pool_destroy_rc = iof_thread_pool_destroy(w->pool);
+  return 1; /* stop after one */
 }
 
 static void fiber_walk_misuse(void **state) {
   (void)state;
   assert_int_equal(iof_fiber_walk(NULL, NULL), -EINVAL);
   iof_io_context *io = iof_io_context_create();
-  walker w = {iof_io_context_executor(io), 0, 1, 1};
+  walker w = {0};
+  w.io = io;
+  w.ex = iof_io_context_executor(io);
+  w.pool = iof_thread_pool_create(1);
+  assert_non_null(w.pool);
   assert_int_equal(iof_launch(w.ex, ret0, NULL), 0);
   assert_int_equal(iof_launch(w.ex, ret0, NULL), 0);
+  assert_int_equal(iof_launch(iof_thread_pool_executor(w.pool), ret0, NULL), 0);
   assert_int_equal(iof_fiber_walk(walk_cb, &w), 1);
   assert_int_equal(w.seen, 1);
   assert_int_equal(w.launch_rc, -EDEADLK);
   assert_int_equal(w.nested_rc, -EDEADLK);
+  assert_int_equal(w.dump_rc, -EDEADLK);
+  for (int i = 0; i < 4; i++) assert_int_equal(w.run_rc[i], -EDEADLK);
+  assert_int_equal(w.destroy_rc, -EDEADLK);
+  assert_int_equal(w.join_rc, -EDEADLK);
+  assert_int_equal(w.pool_destroy_rc, -EDEADLK);
+  assert_int_equal(iof_thread_pool_destroy(w.pool), 0);
   /* A stream that cannot be written: -EIO, nothing else breaks. */
   FILE *ro = fopen("/dev/null", "r");
   assert_non_null(ro);

@@ -32,7 +32,8 @@ IOF_API iof_io_context *iof_io_context_attach(struct ev_loop *loop);
  * -EINVAL on NULL; -EBUSY if called while the context is running, or (then
  * reported on stderr, nothing freed, the context stays shut down) while
  * work is still counted after the drain: a chain suspended on something
- * outside the context, or a work guard. Call it again once they end. */
+ * outside the context, or a work guard. Call it again once they end.
+ * -EDEADLK from an iof_fiber_walk callback (as run and its variants). */
 IOF_API int iof_io_context_destroy(iof_io_context *io);
 
 /* The context's executor (a ref into io; empty for NULL), its execution
@@ -42,9 +43,11 @@ IOF_API iof_execution_context *iof_io_context_context(iof_io_context *io);
 IOF_API struct ev_loop *iof_io_context_loop(iof_io_context *io);
 
 /* Runs fibers and the loop until no work is left or stop is called.
- * Returns how many fibers ran; -EBUSY if another thread runs it. Running
- * out of work is not a stop: a fiber launched after run returned for that
- * reason is run by the next run/run_one/poll/run_for, no restart needed
+ * Returns how many fibers ran; -EBUSY if another thread runs it; -EINVAL
+ * on NULL; -EDEADLK from an iof_fiber_walk callback (a fiber ending there
+ * would wait for the walk). Running out of work is not a stop: a fiber
+ * launched after run returned for that reason is run by the next
+ * run/run_one/poll/run_for, no restart needed
  * (only an explicit iof_io_context_stop needs restart). */
 IOF_API int iof_io_context_run(iof_io_context *io);
 

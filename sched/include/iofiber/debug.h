@@ -47,15 +47,17 @@ typedef int (*iof_fiber_walk_fn)(const iof_fiber_info *info, void *arg);
 
 /* Calls fn for each live launched fiber of the process, by id (launch
  * order on each thread).
- * The registry is locked during the walk: fn must not launch fibers or
- * wait for one to end (launches and cancels from fn fail with -EDEADLK).
- * Returns how many fibers fn saw; -EINVAL on NULL fn; -EDEADLK when
- * called from fn itself. */
+ * The registry is locked during the walk: fn must not launch fibers, wait
+ * for one to end, suspend or block (launches, cancels, dumps, running or
+ * destroying an io_context, joining or destroying a thread pool from fn
+ * fail with -EDEADLK). Returns how many fibers fn saw; -EINVAL on NULL
+ * fn; -EDEADLK when called from fn itself. */
 IOF_API int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg);
 
 /* Writes one line per live launched fiber to out (NULL: stderr):
  *   #id "name" state executor-kind@address [waiting on what @address]
- * Returns the number of fibers listed, or -EIO if writing failed. */
+ * Returns the number of fibers listed, or -EIO if writing failed;
+ * -EDEADLK from an iof_fiber_walk callback. */
 IOF_API int iof_fiber_dump(FILE *out);
 
 #ifdef __cplusplus

@@ -30,7 +30,7 @@ IOF_API void iof_thread_pool_stop(iof_thread_pool *p);
  * no stop ends the wait), so its thread keeps running the pool chains
  * that wait on its context; a plain thread, or a fiber whose context is
  * shutting down, blocks. 0; -EINVAL on NULL; -EDEADLK when called from
- * one of the pool's threads. */
+ * one of the pool's threads or from an iof_fiber_walk callback. */
 IOF_API int iof_thread_pool_join(iof_thread_pool *p);
 
 /* Stops, joins, shuts the context down (pending operations complete with
@@ -39,7 +39,8 @@ IOF_API int iof_thread_pool_join(iof_thread_pool *p);
  * hangs. -EBUSY (reported on stderr; nothing freed, the pool stays shut
  * down without threads) while work is still counted after that drain: a
  * chain suspended on something outside the pool, or a work guard; call it
- * again once they end. -EDEADLK from a pool thread. */
+ * again once they end. -EDEADLK from a pool thread or an iof_fiber_walk
+ * callback. */
 IOF_API int iof_thread_pool_destroy(iof_thread_pool *p);
 
 #ifdef __cplusplus
