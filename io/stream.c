@@ -180,6 +180,6 @@ int iof_stream_pipe_free(iof_stream *end) {
   if (!end || end->vtbl != &pipe_stream_vtbl) return -EINVAL;
   pipe_end *e = (pipe_end *)end;
   int r = iof_socket_free(e->ss.sock);
-  free(e);
+  if (r == 0) free(e); /* refused (-EPERM): the end stays whole */
   return r;
 }

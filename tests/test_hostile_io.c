@@ -1002,6 +1002,56 @@ static void out_of_descriptors(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* ---- freeing a pipe end from a thread while its loop runs ------------- */
+
+typedef struct pipe_foreign {
+  iof_io_context *io;
+  iof_stream *a, *b;
+  atomic_int reading;
+  ssize_t got;
+} pipe_foreign;
+
+static int pf_reader(void *arg) {
+  pipe_foreign *pf = arg;
+  char c;
+  atomic_store(&pf->reading, 1);
+  pf->got = iof_stream_read_some(pf->b, &c, 1);
+  return 0;
+}
+
+static void *pf_run(void *arg) {
+  pipe_foreign *pf = arg;
+  iof_io_context_run(pf->io);
+  return NULL;
+}
+
+/* -EPERM as for the socket under it: nothing freed, the end is still
+ * there and a later free succeeds (the end was freed anyway, its socket
+ * leaked, and the next call on it read freed memory). */
+static void pipe_free_refused_keeps_the_end(void **state) {
+  (void)state;
+  pipe_foreign pf = {0};
+  pf.io = iof_io_context_create();
+  assert_non_null(pf.io);
+  assert_int_equal(iof_stream_pipe(pf.io, &pf.a, &pf.b), 0);
+  launch(pf.io, pf_reader, &pf);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, pf_run, &pf), 0);
+  assert_true(wait_flag(&pf.reading));
+  sleep_ms(20); /* the loop waits in epoll */
+  assert_int_equal(iof_stream_pipe_free(pf.a), -EPERM);
+  assert_int_equal(iof_stream_write(pf.a, "x", 1), -EPERM); /* not freed */
+  iof_io_context_stop(pf.io);
+  pthread_join(t, NULL);
+  /* Not running now: a plain thread may free; the reader sees the end. */
+  assert_int_equal(iof_stream_pipe_free(pf.a), 0);
+  iof_io_context_restart(pf.io);
+  run_all(pf.io);
+  assert_int_equal(pf.got, 0);
+  assert_int_equal(iof_stream_pipe_free(pf.b), 0);
+  assert_int_equal(iof_io_context_destroy(pf.io), 0);
+}
+
 /* ---- the runtime's own descriptors ------------------------------------ */
 
 /* The fds that are an epoll instance or an eventfd, as a bitmap. */
@@ -1341,6 +1391,8 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(runtime_fds_are_not_adopted, reset,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(pipe_free_refused_keeps_the_end, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(out_of_descriptors, reset, disarm),
       cmocka_unit_test_setup_teardown(reader_against_random_bytes, reset,

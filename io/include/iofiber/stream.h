@@ -123,6 +123,8 @@ IOF_API iof_stream *iof_socket_stream_init(iof_socket_stream *ss,
  * end writes the other reads. Free each with iof_stream_pipe_free.
  * 0, -EINVAL, -EMFILE, -ENOMEM. */
 IOF_API int iof_stream_pipe(iof_io_context *io, iof_stream **a, iof_stream **b);
+/* Closes and frees one end. 0; -EINVAL (NULL, not a pipe end); -EPERM as
+ * iof_socket_free (a plain thread while io runs: nothing freed). */
 IOF_API int iof_stream_pipe_free(iof_stream *end);
 
 #ifdef __cplusplus
