@@ -420,8 +420,9 @@ static int wait_fds(iof_fiber *f, const int *fds, const int *events, int n,
    * number, which may name another file by now. */
   *closed = 0;
   for (int i = 0; i < n; i++)
-    if (w[i].slot &&
-        atomic_load_explicit(&w[i].slot->gen, memory_order_acquire) != w[i].gen)
+    if ((w[i].slot && atomic_load_explicit(&w[i].slot->gen,
+                                           memory_order_acquire) != w[i].gen) ||
+        (r == -EBADF && iof__rt_fd_owned(fds[i]))) /* refused: not open */
       *closed |= 1u << i;
   return *closed && (r == 0 || r == -EBADF || r == -ETIMEDOUT) ? -EBADF : r;
 }

@@ -12,6 +12,10 @@ static void on_ready(struct ev_loop *loop, ev_io *ew, int revents) {
 }
 
 static int arm_one(iof__fd_wait *fw, iof_io_op *op) {
+  /* The loop's own descriptors (its epoll fd, its wake-up fd) are as if
+   * not open: epoll refuses to watch an epoll fd in itself, and libev
+   * asserts when it does. */
+  if (iof__rt_fd_owned(fw->fd)) return -EBADF;
   if (fw->on_arm) {
     int r = fw->on_arm(fw);
     if (r < 0) return r;

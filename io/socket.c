@@ -701,7 +701,8 @@ static void fd_disarm(iof_io_op *op) {
 
 static int wait_fd(iof_io_context *io, int fd, int ev, int64_t timeout_ns) {
   if (!io) return -EINVAL;
-  if (fd < 0 || fcntl(fd, F_GETFD) < 0) return -EBADF;
+  /* The runtime's own descriptors are as if not open (see adopt). */
+  if (fd < 0 || iof__rt_fd_owned(fd) || fcntl(fd, F_GETFD) < 0) return -EBADF;
   fd_wait f;
   iof__io_op_init(&f.op, io, fd_arm, fd_disarm, NULL);
   f.op.dir = ev;

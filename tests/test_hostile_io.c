@@ -12,7 +12,10 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1002,6 +1005,58 @@ static void out_of_descriptors(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* iof_tcp_connect_addr_deadline: NULLs, short lengths, foreign families,
+ * a passed deadline (-ETIMEDOUT, nothing left behind) and the "no
+ * deadline" values; the listener still accepts afterwards. */
+static int connect_addr_deadline_fn(void *arg) {
+  ctx *c = arg;
+  iof_socket *l = NULL, *s = NULL;
+  CHECK_EQ(iof_tcp_listen(c->io, "127.0.0.1", "0", 0, 0, &l), 0);
+  struct sockaddr_in sin;
+  memset(&sin, 0, sizeof sin);
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons((uint16_t)iof_socket_local_port(l));
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const struct sockaddr *sa = (const struct sockaddr *)&sin;
+  CHECK_EQ(iof_tcp_connect_addr_deadline(NULL, sa, sizeof sin, 0, &s), -EINVAL);
+  CHECK_EQ(iof_tcp_connect_addr_deadline(c->io, NULL, sizeof sin, 0, &s),
+           -EINVAL);
+  CHECK_EQ(iof_tcp_connect_addr_deadline(c->io, sa, 0, 0, &s), -EINVAL);
+  CHECK_EQ(iof_tcp_connect_addr_deadline(c->io, sa, sizeof sin, 0, NULL),
+           -EINVAL);
+  struct sockaddr_in odd = sin;
+  odd.sin_family = AF_UNIX;
+  CHECK_EQ(iof_tcp_connect_addr_deadline(c->io, (struct sockaddr *)&odd,
+                                         sizeof odd, 0, &s),
+           -EINVAL);
+  odd.sin_family = 12345;
+  CHECK_EQ(iof_tcp_connect_addr_deadline(c->io, (struct sockaddr *)&odd,
+                                         sizeof odd, 0, &s),
+           -EINVAL);
+  CHECK_EQ(iof_tcp_connect_addr_deadline(c->io, sa, sizeof sin, 1, &s),
+           -ETIMEDOUT);
+  CHECK_EQ(iof_tcp_connect_deadline(c->io, "127.0.0.1", "1", 1, &s),
+           -ETIMEDOUT);
+  int64_t none[] = {INT64_MIN, -1, 0, INT64_MAX};
+  for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+    s = NULL;
+    CHECK_EQ(iof_tcp_connect_addr_deadline(c->io, sa, sizeof sin, none[i], &s),
+             0);
+    iof_socket *in = NULL;
+    CHECK_EQ(iof_accept(l, &in, NULL, NULL), 0);
+    if (s) CHECK_EQ(iof_socket_free(s), 0);
+    if (in) CHECK_EQ(iof_socket_free(in), 0);
+  }
+  CHECK_EQ(iof_socket_free(l), 0);
+  return 0;
+}
+
+static void connect_addr_deadline_bad_arguments(void **state) {
+  (void)state;
+  ctx c = {0};
+  in_fiber(connect_addr_deadline_fn, &c);
+}
+
 /* ---- freeing a pipe end from a thread while its loop runs ------------- */
 
 typedef struct pipe_foreign {
@@ -1065,33 +1120,49 @@ static void loop_fds(unsigned char *map, int n) {
   }
 }
 
-static int nap_ok(void *arg) {
-  (void)arg;
+enum { NFDS = 4096 };
+static unsigned char fds_before[NFDS], fds_after[NFDS];
+
+/* Waits on them, from a fiber of their loop: -EBADF (poll: POLLNVAL), as
+ * if not open; watching the loop's epoll fd in itself made libev assert. */
+static int rt_waits(void *arg) {
+  iof_io_context *io = arg;
+  for (int fd = 0; fd < NFDS; fd++) {
+    if (!fds_after[fd] || fds_before[fd]) continue;
+    CHECK_EQ(iof_wait_readable(io, fd, MS), -EBADF);
+    CHECK_EQ(iof_wait_writable(io, fd, MS), -EBADF);
+    struct pollfd p = {fd, POLLIN, 0};
+    CHECK_EQ(iof_compat_poll(&p, 1, 10), 1);
+    CHECK_EQ(p.revents, POLLNVAL);
+    struct epoll_event ev;
+    errno = 0;
+    CHECK_EQ(iof_compat_epoll_wait(fd, &ev, 1, 10), -1);
+    CHECK(errno == EBADF || errno == EINVAL); /* EINVAL: not an epoll fd */
+  }
   CHECK_EQ(iof_sleep_for(MS), 0);
   return 0;
 }
 
 /* A loop's epoll fd and wake-up eventfd are the runtime's: adopting one
  * is -EBADF (as if not open), never a socket that makes libev assert
- * once it is watched or closed; the loop still works. */
+ * once it is watched or closed; nor may a wait watch them. The loop
+ * still works. */
 static void runtime_fds_are_not_adopted(void **state) {
   (void)state;
-  enum { N = 4096 };
-  static unsigned char before[N], after[N];
-  loop_fds(before, N);
+  loop_fds(fds_before, NFDS);
   iof_io_context *io = iof_io_context_create();
   assert_non_null(io);
-  loop_fds(after, N);
+  loop_fds(fds_after, NFDS);
   int seen = 0;
-  for (int fd = 0; fd < N; fd++) {
-    if (!after[fd] || before[fd]) continue;
+  for (int fd = 0; fd < NFDS; fd++) {
+    if (!fds_after[fd] || fds_before[fd]) continue;
     iof_socket *s = NULL;
     assert_int_equal(iof_socket_adopt(io, fd, &s), -EBADF);
     assert_null(s);
     seen++;
   }
   assert_true(seen >= 2); /* the epoll fd and the eventfd */
-  launch(io, nap_ok, NULL);
+  launch(io, rt_waits, io);
   run_all(io);
   assert_int_equal(iof_io_context_destroy(io), 0);
   assert_int_equal(atomic_load(&failures), 0);
@@ -1394,6 +1465,8 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(pipe_free_refused_keeps_the_end, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(connect_addr_deadline_bad_arguments,
+                                      reset, disarm),
       cmocka_unit_test_setup_teardown(out_of_descriptors, reset, disarm),
       cmocka_unit_test_setup_teardown(reader_against_random_bytes, reset,
                                       disarm),
