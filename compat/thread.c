@@ -37,6 +37,7 @@ typedef struct thread_run {
   bool cancel_async;      /* the type asked for (acts as deferred) */
   bool exiting;           /* unwinding: no more cancellation */
   struct tls_dtor *dtors; /* thread_local destructors, newest first */
+  struct iof__cthread *join_target; /* the thread it joins (under its lk) */
 } thread_run;
 
 /* A destructor of one of the thread's own thread-locals (C++ thread_local
@@ -536,6 +537,7 @@ static _Noreturn void thread_exit(iof__cthread *t, void *retval) {
   iof__lk_lock(&t->lk);
   t->run->exiting = true; /* no cancellation inside the handlers */
   t->run->cancel_w = NULL;
+  t->run->join_target = NULL; /* a cancel may have left a join */
   iof__lk_unlock(&t->lk);
   t->ret = retval;
   unwind(t->run);
@@ -737,11 +739,38 @@ static bool join_begin(void *p, iof__wait *w) {
 }
 
 /* deadline_ns: CLOCK_MONOTONIC, < 0 none; try: EBUSY rather than wait. */
+static int join_record(iof__cthread *t, void **retval, int64_t deadline_ns,
+                       bool try);
+
+static void set_join_target(iof__cthread *self, iof__cthread *t) {
+  iof__lk_lock(&self->lk);
+  self->run->join_target = t;
+  iof__lk_unlock(&self->lk);
+}
+
 static int join(pthread_t thread, void **retval, int64_t deadline_ns,
                 bool try) {
   iof__cthread *t = record_of(thread);
-  if (t == self_record()) return EDEADLK;
+  iof__cthread *self = self_record();
+  if (t == self) return EDEADLK;
   iof__cthread_testcancel(); /* a cancellation point, even if t is done */
+  if (try || !self || !self->run)
+    return join_record(t, retval, deadline_ns, try);
+  /* Two threads joining each other would wait forever: as glibc, the
+   * second one's join is EDEADLK. Each records its target before it
+   * looks at the other's, under the locks: of two racing joins, at least
+   * the later look sees the earlier record. */
+  set_join_target(self, t);
+  iof__lk_lock(&t->lk);
+  bool cycle = t->run && t->run->join_target == self && !t->done;
+  iof__lk_unlock(&t->lk);
+  int r = cycle ? EDEADLK : join_record(t, retval, deadline_ns, try);
+  set_join_target(self, NULL);
+  return r;
+}
+
+static int join_record(iof__cthread *t, void **retval, int64_t deadline_ns,
+                       bool try) {
   iof__lk_lock(&t->lk);
   if (t->retired) {
     iof__lk_unlock(&t->lk);

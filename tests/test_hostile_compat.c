@@ -2121,6 +2121,51 @@ static void compat_more_thread_calls(void **state) {
   both_ways(more_thread_calls_in_a_fiber_thread);
 }
 
+/* Two fiber threads joining each other: the second join is EDEADLK, as
+ * glibc answers, not a wait that never ends; the first then completes. */
+static pthread_t mj_a, mj_b;
+static int mj_b_rc = -1;
+static atomic_int mj_a_done;
+
+static void *mj_b_fn(void *arg) {
+  (void)arg;
+  iof_compat_usleep(5000); /* A waits in its join of B by now */
+  mj_b_rc = iof_compat_pthread_join(mj_a, NULL);
+  return NULL;
+}
+
+static void *mj_a_fn(void *arg) {
+  (void)arg;
+  intptr_t r = iof_compat_pthread_create(&mj_b, NULL, mj_b_fn, NULL);
+  if (r == 0) r = iof_compat_pthread_join(mj_b, NULL);
+  atomic_store(&mj_a_done, 1);
+  return (void *)r;
+}
+
+static int mutual_join_calls(void *arg) {
+  (void)arg;
+  CHECK_EQ(iof_compat_pthread_create(&mj_a, NULL, mj_a_fn, NULL), 0);
+  /* Nobody else joins A meanwhile (B's join would be EINVAL then). */
+  for (int i = 0; i < 2000 && !atomic_load(&mj_a_done); i++)
+    iof_compat_usleep(1000);
+  CHECK_EQ(atomic_load(&mj_a_done), 1);
+  void *rv = (void *)(intptr_t)-1;
+  CHECK_EQ(iof_compat_pthread_join(mj_a, &rv), 0);
+  CHECK_EQ((intptr_t)rv, 0);
+  CHECK_EQ(mj_b_rc, EDEADLK);
+  return 0;
+}
+
+static void compat_mutual_join_is_edeadlk(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  launch(io, mutual_join_calls, NULL);
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(atomic_load(&failures), 0);
+}
+
 int main(void) {
   trace = getenv("HOSTILE_TRACE") != NULL;
   const struct CMUnitTest tests[] = {
@@ -2160,6 +2205,8 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_more_io_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_more_thread_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_mutual_join_is_edeadlk, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(compat_rwlock_try_busy, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_connect_again, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_once_left_by_exit, reset, disarm),

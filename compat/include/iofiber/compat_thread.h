@@ -57,7 +57,8 @@ IOF_API int iof_compat_pthread_create(pthread_t *thread,
 /* Waits (suspending only the calling fiber) for a fiber thread to end and
  * frees its record. A real thread is joined with the real call (which
  * blocks the whole thread when called from a fiber). 0; EINVAL (detached,
- * already being joined); EDEADLK (itself); ESRCH. */
+ * already being joined); EDEADLK (itself, or a thread that is joining the
+ * caller, as glibc); ESRCH. */
 IOF_API int iof_compat_pthread_join(pthread_t thread, void **retval);
 
 /* Detaches; a fiber thread that has ended is freed at once. 0; EINVAL. */
