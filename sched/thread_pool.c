@@ -49,7 +49,8 @@ struct iof_thread_pool {
   iof_spin_policy spin_policy; /* (lock) */
   bool stop;
   bool joined;
-  size_t exited; /* workers past their loop (lock) */
+  size_t exited;       /* workers past their loop (lock) */
+  pthread_cond_t gone; /* the last worker left its loop (a second join) */
   size_t n;
   pthread_t *threads;
 };
@@ -226,7 +227,7 @@ static void *worker(void *arg) {
     iof__spin_woke(&p->spin_policy, missed);
     missed = 0;
   }
-  p->exited++;
+  if (++p->exited == p->n) pthread_cond_broadcast(&p->gone);
   pthread_mutex_unlock(&p->lock);
   iof__run_mark_pop(&mark);
   return NULL;
@@ -312,6 +313,7 @@ iof_thread_pool *iof_thread_pool_create(size_t n) {
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&p->cv, &ca);
+  pthread_cond_init(&p->gone, NULL);
   pthread_condattr_destroy(&ca);
   atomic_init(&p->inbox, NULL);
   atomic_init(&p->sleepers, 0);
@@ -375,7 +377,6 @@ int iof_thread_pool_join(iof_thread_pool *p) {
   p->joined = true;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->lock);
-  if (joined) return 0;
   /* A launched fiber naps (1 ms, uncancellable) until the workers are
    * gone rather than block its thread: a pool chain may be waiting on that
    * thread's context (an iof_run hop to it, its sockets or timers), and
@@ -391,7 +392,15 @@ int iof_thread_pool_join(iof_thread_pool *p) {
                               iof__sat_add(iof__now_ns(), 1000000), 0);
       if (r != -ETIMEDOUT) iof_yield(); /* no timer: let the loop run */
     }
-  for (size_t i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
+  if (!joined) {
+    for (size_t i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    return 0;
+  }
+  /* Another join reaps the threads: this one still returns only once the
+   * work is done and the workers are gone, as the first one does. */
+  pthread_mutex_lock(&p->lock);
+  while (p->exited < p->n) pthread_cond_wait(&p->gone, &p->lock);
+  pthread_mutex_unlock(&p->lock);
   return 0;
 }
 
@@ -438,6 +447,7 @@ int iof_thread_pool_destroy(iof_thread_pool *p) {
     sched_yield();
   iof_execution_context_destroy(&p->ctx);
   pthread_cond_destroy(&p->cv);
+  pthread_cond_destroy(&p->gone);
   pthread_mutex_destroy(&p->lock);
   free(p->threads);
   free(p);

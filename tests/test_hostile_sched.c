@@ -876,6 +876,40 @@ static void pool_join_from_a_fiber_in_its_context_drain(void **state) {
   assert_int_equal(atomic_load(&failures), 0);
 }
 
+/* Two threads joining one pool: the second join also returns only once
+ * the work is done and the workers are gone (it returned at once, the
+ * job still running). */
+static atomic_int two_done;
+
+static int two_job(void *arg) {
+  (void)arg;
+  usleep(30000);
+  atomic_store(&two_done, 1);
+  return 0;
+}
+
+static void *two_first_join(void *arg) {
+  return (void *)(intptr_t)iof_thread_pool_join(arg);
+}
+
+static void pool_second_join_waits_too(void **state) {
+  (void)state;
+  atomic_store(&two_done, 0);
+  iof_thread_pool *p = iof_thread_pool_create(2);
+  assert_non_null(p);
+  assert_int_equal(iof_launch(iof_thread_pool_executor(p), two_job, NULL), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, two_first_join, p), 0);
+  usleep(5000); /* the first join waits */
+  assert_int_equal(iof_thread_pool_join(p), 0);
+  assert_int_equal(atomic_load(&two_done), 1);
+  void *rv = (void *)1;
+  pthread_join(t, &rv);
+  assert_int_equal((intptr_t)rv, 0);
+  assert_int_equal(iof_thread_pool_join(p), 0); /* long after: at once */
+  assert_int_equal(iof_thread_pool_destroy(p), 0);
+}
+
 static void count_done(void *user, int status) {
   int *d = user;
   d[0]++;
@@ -1476,6 +1510,8 @@ int main(void) {
                                       reset, disarm),
       cmocka_unit_test_setup_teardown(
           pool_join_from_a_fiber_in_its_context_drain, reset, disarm),
+      cmocka_unit_test_setup_teardown(pool_second_join_waits_too, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(sync_null_arguments, reset, disarm),
       cmocka_unit_test_setup_teardown(sync_misuse_from_a_thread, reset, disarm),
       cmocka_unit_test_setup_teardown(rwlock_bad_arguments, reset, disarm),

@@ -26,11 +26,12 @@ IOF_API iof_execution_context *iof_thread_pool_context(iof_thread_pool *p);
 IOF_API void iof_thread_pool_stop(iof_thread_pool *p);
 
 /* Waits until the tracked work is done (or stop), then for the threads to
- * exit. A launched fiber is suspended meanwhile (it checks every 1 ms, and
- * no stop ends the wait), so its thread keeps running the pool chains
- * that wait on its context; a plain thread, or a fiber whose context is
- * shutting down, blocks. 0; -EINVAL on NULL; -EDEADLK when called from
- * one of the pool's threads or from an iof_fiber_walk callback. */
+ * exit; a second (concurrent or later) join waits for the same. A launched
+ * fiber is suspended meanwhile (it checks every 1 ms, and no stop ends the
+ * wait), so its thread keeps running the pool chains that wait on its
+ * context; a plain thread, or a fiber whose context is shutting down,
+ * blocks. 0; -EINVAL on NULL; -EDEADLK when called from one of the pool's
+ * threads or from an iof_fiber_walk callback. */
 IOF_API int iof_thread_pool_join(iof_thread_pool *p);
 
 /* Stops, joins, shuts the context down (pending operations complete with
