@@ -1,6 +1,8 @@
 /* The resolver service: worker threads per io_context, started on demand
  * (one more whenever a request finds none idle, up to MAX_WORKERS), running
- * getaddrinfo (or a job, iof__resolver_run) for suspended fibers. A request
+ * getaddrinfo (or a job, iof__resolver_run) for suspended fibers. A worker
+ * idle for iof__resolver_idle_ms leaves, except the last one, so a burst of
+ * lookups does not leave its threads behind for good. A request
  * lives on the heap with two references (fiber and worker), so a fiber
  * cancelled while getaddrinfo runs can leave; whoever drops the last reference
  * frees it. */
@@ -15,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct request {
   struct request *next;
@@ -38,15 +41,22 @@ typedef struct request {
 
 int iof__resolver_max_threads = MAX_WORKERS;
 
+/* A worker waiting this long for a request leaves (the last one stays):
+ * long enough for a steady stream of lookups to keep its threads. */
+#define IDLE_MS 2000
+
+int iof__resolver_idle_ms = IDLE_MS;
+
 typedef struct resolver {
   iof_service base;
   pthread_mutex_t lock;
   pthread_cond_t cv;
   request *head, *tail;
   bool stop;
-  int started; /* threads[0..started) */
+  int started; /* threads[0..started): running, joined at shutdown */
   int idle;    /* workers waiting for a request */
   pthread_t threads[MAX_WORKERS];
+  bool monotonic; /* cv waits on CLOCK_MONOTONIC */
 } resolver;
 
 static void drop(request *r) {
@@ -58,13 +68,58 @@ static void drop(request *r) {
   free(r);
 }
 
+/* The deadline of an idle wait that started now, on the cv's clock. */
+static struct timespec idle_deadline(const resolver *rs) {
+  struct timespec ts;
+  clock_gettime(rs->monotonic ? CLOCK_MONOTONIC : CLOCK_REALTIME, &ts);
+  int ms = iof__resolver_idle_ms > 0 ? iof__resolver_idle_ms : IDLE_MS;
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+/* Under the lock: a worker whose idle wait timed out with nothing queued
+ * takes itself out of threads[] (the last one stays) and detaches; true if
+ * it did, and must then unlock and return without touching rs again. */
+static bool retire(resolver *rs) {
+  if (rs->head || rs->stop || rs->started <= 1) return false;
+  pthread_t self = pthread_self();
+  for (int i = 0; i < rs->started; i++) {
+    if (!pthread_equal(rs->threads[i], self)) continue;
+    rs->threads[i] = rs->threads[--rs->started];
+    pthread_detach(self);
+    return true;
+  }
+  return false; /* not found: cannot happen; stay */
+}
+
 static void *worker(void *arg) {
   resolver *rs = arg;
   pthread_mutex_lock(&rs->lock);
   for (;;) {
     rs->idle++;
-    while (!rs->head && !rs->stop) pthread_cond_wait(&rs->cv, &rs->lock);
+    bool retired = false;
+    while (!rs->head && !rs->stop) {
+      if (rs->started <= 1) { /* the last one: no reason to wake */
+        pthread_cond_wait(&rs->cv, &rs->lock);
+        continue;
+      }
+      struct timespec until = idle_deadline(rs);
+      if (pthread_cond_timedwait(&rs->cv, &rs->lock, &until) == ETIMEDOUT &&
+          (retired = retire(rs)))
+        break;
+    }
     rs->idle--;
+    if (retired) {
+      /* Only the unlock touches rs from here: destroy_rs may free it as
+       * soon as it can take the lock. */
+      pthread_mutex_unlock(&rs->lock);
+      return NULL;
+    }
     if (rs->stop) break;
     request *r = rs->head;
     rs->head = r->next;
@@ -102,7 +157,13 @@ static iof_service *create(iof_execution_context *ctx) {
   resolver *rs = calloc(1, sizeof *rs);
   if (!rs) return NULL;
   pthread_mutex_init(&rs->lock, NULL);
-  pthread_cond_init(&rs->cv, NULL);
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca) == 0) {
+    rs->monotonic = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+                    pthread_cond_init(&rs->cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+  }
+  if (!rs->monotonic) pthread_cond_init(&rs->cv, NULL);
   return &rs->base;
 }
 

@@ -18,4 +18,8 @@ IOF_HIDDEN int iof__resolver_run(iof_io_context *io, void (*fn)(void *),
  * a request is queued. Tests that hold the only worker set it to 1. */
 IOF_HIDDEN extern int iof__resolver_max_threads;
 
+/* How long (ms, default 2000) a worker waits for a request before it
+ * leaves, when it is not the last one; read at each wait. */
+IOF_HIDDEN extern int iof__resolver_idle_ms;
+
 #endif

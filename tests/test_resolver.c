@@ -4,7 +4,9 @@
  * thread cancels a resolve promptly while getaddrinfo is still running
  * (and while it is still queued behind another), and the late result is
  * freed; destroying the context cancels pending resolves; a thread-pool
- * fiber resolves through an io_context and resumes on the pool.
+ * fiber resolves through an io_context and resumes on the pool; after a
+ * burst of parallel lookups the spare workers leave once idle, the last
+ * one stays and still serves.
  *
  * The resolver is limited to one worker thread here (it grows a pool of
  * them by default) so that a request can be queued behind a held one.
@@ -29,6 +31,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -107,9 +110,13 @@ static int arm_watchdog(void **state) {
   return 0;
 }
 
+static int default_idle_ms;
+
 static int disarm_watchdog(void **state) {
   (void)state;
   alarm(0);
+  iof__resolver_max_threads = 1;
+  iof__resolver_idle_ms = default_idle_ms;
   gate_release(); /* never leave a worker stuck */
   return 0;
 }
@@ -496,6 +503,72 @@ static void resolve_from_a_thread_pool_fiber_resumes_on_the_pool(void **state) {
   assert_int_equal(iof_io_context_destroy(p.l.io), 0);
 }
 
+/* ---- idle workers ----------------------------------------------------------
+ */
+
+static int os_threads(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "Threads:", 8) == 0) n = atoi(line + 8);
+  if (f) fclose(f);
+  return n;
+}
+
+#define BURST 6
+
+static void a_burst_of_lookups_leaves_one_worker_behind(void **state) {
+  (void)state;
+  iof_io_context *io = iof_io_context_create();
+  assert_non_null(io);
+  iof__resolver_max_threads = BURST;
+  iof__resolver_idle_ms = 100;
+  int base = os_threads();
+  gate_close();
+  lookup l[BURST];
+  memset(l, 0, sizeof l);
+  for (int i = 0; i < BURST; i++) {
+    l[i].io = io;
+    l[i].host = "burst.gate.test";
+    launch(io, lookup_fn, &l[i]);
+  }
+  /* Every lookup held at the gate has a worker of its own. */
+  for (int i = 0; i < 5000 && atomic_load(&gate_inside) < BURST; i++)
+    iof_io_context_run_for(io, MS);
+  assert_int_equal(atomic_load(&gate_inside), BURST);
+  assert_int_equal(os_threads(), base + BURST);
+  gate_release();
+  run_all(io);
+  for (int i = 0; i < BURST; i++) assert_int_equal(l[i].r, IOF_EAI_NONAME);
+  /* Idle for 100 ms, the spare workers leave; the last one stays. */
+  int now = -1;
+  for (int i = 0; i < 500 && (now = os_threads()) > base + 1; i++) sleep_ms(10);
+  assert_int_equal(now, base + 1);
+  sleep_ms(300);
+  assert_int_equal(os_threads(), base + 1);
+  /* It still serves, and a new burst grows the pool again. */
+  lookup after = {0};
+  after.io = io;
+  after.host = "localhost";
+  after.service = "80";
+  launch(io, lookup_fn, &after);
+  run_all(io);
+  assert_int_equal(after.r, 0);
+  assert_true(after.has_v4_loopback);
+  assert_int_equal(os_threads(), base + 1);
+  gate_close();
+  for (int i = 0; i < 2; i++) launch(io, lookup_fn, &l[i]);
+  for (int i = 0; i < 5000 && atomic_load(&gate_inside) < 2; i++)
+    iof_io_context_run_for(io, MS);
+  assert_int_equal(atomic_load(&gate_inside), 2);
+  assert_int_equal(os_threads(), base + 2);
+  gate_release();
+  run_all(io);
+  assert_int_equal(iof_io_context_destroy(io), 0);
+  assert_int_equal(os_threads(), base); /* the rest joined */
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm_watchdog, disarm_watchdog)
 
 int main(void) {
@@ -508,9 +581,11 @@ int main(void) {
       T(destroying_the_context_cancels_pending_resolves),
       T(resolve_with_an_already_stopped_token_is_ecanceled_at_once),
       T(resolve_from_a_thread_pool_fiber_resumes_on_the_pool),
+      T(a_burst_of_lookups_leaves_one_worker_behind),
   };
   /* "Queued behind another" needs a single worker to hold at the gate. */
   iof__resolver_max_threads = 1;
+  default_idle_ms = iof__resolver_idle_ms;
   if (getenv("IOF_TEST_FILTER"))
     cmocka_set_test_filter(getenv("IOF_TEST_FILTER"));
   return cmocka_run_group_tests(tests, NULL, NULL);
