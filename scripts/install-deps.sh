@@ -38,6 +38,7 @@ PACKAGES=(
   tinyproxy-bin
   microsocks
   stunnel4
+  privoxy
   openssl
 )
 if [[ "${1:-}" == "--bench" ]]; then

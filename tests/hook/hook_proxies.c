@@ -2,14 +2,18 @@
  * connection is a pthread in the proxy, which the hook makes a fiber.
  * - tinyproxy (HTTP proxy);
  * - microsocks (SOCKS5);
- * - stunnel (TLS server, OpenSSL in every connection thread).
+ * - stunnel (TLS server, OpenSSL in every connection thread);
+ * - privoxy (HTTP proxy; a reverse lookup of its own address per
+ *   connection, run on the resolver's threads).
  * This driver runs plain. It serves an origin that answers each request
  * after DELAY_MS with a 256 KiB body, and starts CLIENTS curl processes at
  * once through the proxy. Checked: every body arrives intact; the origin
  * saw all CLIENTS requests in progress at one time (the proxy overlapped
  * them); the proxy ran them on at most MAX_THREADS OS threads (plainly it
- * would run CLIENTS + 1); the proxy stops on SIGTERM. A program that is
- * not installed is skipped (scripts/install-deps.sh installs them). */
+ * would run CLIENTS + 1; privoxy's lookups may add a resolver thread each
+ * while they overlap, but those leave within seconds of the burst); the
+ * proxy stops on SIGTERM. A program that is not installed is skipped
+ * (scripts/install-deps.sh installs them). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +45,7 @@
 #define STUNNEL "/usr/bin/stunnel4"
 #define OPENSSL "/usr/bin/openssl"
 #define CURL "/usr/bin/curl"
+#define PRIVOXY "/usr/sbin/privoxy"
 
 #define CLIENTS 20
 #define DELAY_MS 400
@@ -206,8 +211,8 @@ static int run_clients(pid_t proxy, const char *const *args, size_t nargs,
   return ok;
 }
 
-static void check(const char *name, pid_t proxy, int ok, int threads,
-                  const char *err) {
+static void check_max(const char *name, pid_t proxy, int ok, int threads,
+                      int max_threads, const char *err) {
   kill(proxy, SIGTERM);
   int st = drv_wait_exit(proxy, 10);
   char buf[4096];
@@ -219,8 +224,13 @@ static void check(const char *name, pid_t proxy, int ok, int threads,
   if (ok != CLIENTS) print_message("%s stderr: %s\n", name, buf);
   assert_int_equal(ok, CLIENTS);
   assert_int_equal(atomic_load(&max_in_progress), CLIENTS);
-  assert_true(threads >= 1 && threads <= MAX_THREADS);
+  assert_true(threads >= 1 && threads <= max_threads);
   assert_true(st >= 0); /* stopped (microsocks leaves on the signal) */
+}
+
+static void check(const char *name, pid_t proxy, int ok, int threads,
+                  const char *err) {
+  check_max(name, proxy, ok, threads, MAX_THREADS, err);
 }
 
 /* ---- tinyproxy: HTTP proxy, a thread per connection (1.11) ----------- */
@@ -311,6 +321,47 @@ static void test_stunnel(void **state) {
   check("stunnel", pid, ok, threads, err);
 }
 
+/* ---- privoxy: HTTP proxy, a thread per connection ------------------- */
+
+static void test_privoxy(void **state) {
+  (void)state;
+  if (access(PRIVOXY, X_OK) || access(CURL, X_OK)) skip();
+  char conf[128], err[128];
+  tmp_path(conf, sizeof conf, "privoxy.conf");
+  tmp_path(err, sizeof err, "privoxy.err");
+  int port = drv_free_port();
+  FILE *f = fopen(conf, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "listen-address 127.0.0.1:%d\nmax-client-connections 100\n"
+          "socket-timeout 30\n",
+          port);
+  fclose(f);
+  pid_t pid = drv_spawn(
+      (const char *const[]){IOF_RUN_PATH, PRIVOXY, "--no-daemon", conf, NULL},
+      -1, NULL, err);
+  assert_true(drv_wait_listening(port, pid));
+  char proxy[64], url[64];
+  snprintf(proxy, sizeof proxy, "http://127.0.0.1:%d", port);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/item/%%d", origin_port);
+  int threads;
+  int ok =
+      run_clients(pid, (const char *const[]){"-x", proxy, url}, 3, &threads);
+  /* Each connection's reverse lookup of the proxy's own address runs on a
+   * resolver thread; the threads of overlapping lookups leave once idle
+   * (2 s), all but one: the io thread and that one remain. */
+  int after = drv_os_threads(pid);
+  for (int i = 0; i < 100 && after > 2; i++) {
+    usleep(50000);
+    after = drv_os_threads(pid);
+  }
+  print_message("privoxy: %d OS thread(s) at most during the requests, %d "
+                "once idle\n",
+                threads, after);
+  assert_true(after >= 1 && after <= 2);
+  check_max("privoxy", pid, ok, threads, MAX_THREADS + CLIENTS, err);
+}
+
 static int rm_entry(const char *path) {
   struct stat sb;
   if (lstat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) unlink(path);
@@ -325,11 +376,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tinyproxy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_microsocks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stunnel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_privoxy, setup, teardown),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   const char *names[] = {"tinyproxy.conf", "tinyproxy.err", "microsocks.err",
                          "key.pem",        "cert.pem",      "stunnel.conf",
-                         "stunnel.err"};
+                         "stunnel.err",    "privoxy.conf",  "privoxy.err"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     char p[128];
     tmp_path(p, sizeof p, names[i]);
