@@ -39,6 +39,9 @@ PACKAGES=(
   microsocks
   stunnel4
   privoxy
+  libmemcached-tools
+  civetweb
+  apache2-utils
   openssl
 )
 if [[ "${1:-}" == "--bench" ]]; then

@@ -1,0 +1,274 @@
+/* Unmodified multi-threaded servers under iofiber-run, driven by their own
+ * load generators (this driver runs plain):
+ * - memcached -t 4 (libevent worker threads fed through pipes by the
+ *   listener thread, plus its maintenance threads): memcslap sets 10,000
+ *   keys from 100 connections, then reads them back over the binary
+ *   protocol; the server's own counters must show every set and every
+ *   hit. memccapable then runs its protocol conformance suite (ASCII and
+ *   binary, every command) and must pass all of it;
+ * - civetweb with a pool of 60 worker threads: ab fetches a 100 KiB file
+ *   3,000 times over 50 keep-alive connections, then POSTs 50 KB to a
+ *   shell CGI (fork and exec from a worker, pipes both ways) 300 times
+ *   from 50 connections: every request must complete, none fail.
+ * Each server runs on at most MAX_THREADS OS threads (plainly memcached
+ * runs 10, civetweb 62) and exits 0 on SIGTERM. A program that is not
+ * installed is skipped (scripts/install-deps.sh installs them). */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <setjmp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "driver_support.h"
+#include "test_support.h"
+
+#define MEMCACHED "/usr/bin/memcached"
+#define MEMCSLAP "/usr/bin/memcslap"
+#define MEMCCAPABLE "/usr/bin/memccapable"
+#define CIVETWEB "/usr/bin/civetweb"
+#define AB "/usr/bin/ab"
+#define SH "/bin/sh"
+
+/* The io thread, and the resolver's worker or the hook's helper. */
+#define MAX_THREADS 3
+#define FILE_BYTES (100 * 1024)
+#define POST_BYTES 50000
+
+static char tmpdir[] = "/tmp/iof-servers-XXXXXX";
+
+static void tmp_path(char *out, size_t cap, const char *name) {
+  snprintf(out, cap, "%s/%s", tmpdir, name);
+}
+
+static bool installed(const char *const *paths) {
+  for (; *paths; paths++)
+    if (access(*paths, X_OK)) return false;
+  return true;
+}
+
+/* Runs argv to its end (at most `seconds`), its stdout to `out`; its exit
+ * status, or -1. */
+static int run(const char *const *argv, const char *out, int seconds) {
+  pid_t pid = drv_spawn(argv, -1, out, NULL);
+  return pid < 0 ? -1 : drv_wait_exit(pid, seconds);
+}
+
+/* Stops the server with SIGTERM; its exit status (-1: still running after
+ * 10 s, then killed). */
+static int stop(pid_t pid) {
+  kill(pid, SIGTERM);
+  return drv_wait_exit(pid, 10);
+}
+
+/* ---- memcached --------------------------------------------------------- */
+
+/* memcached's counter `name` from its "stats" command, or -1. */
+static long mc_stat(int port, const char *name) {
+  int s = drv_connect(port);
+  if (s < 0) return -1;
+  static const char cmd[] = "stats\r\n";
+  char buf[8192];
+  size_t n = 0;
+  if (write(s, cmd, sizeof cmd - 1) == (ssize_t)(sizeof cmd - 1)) {
+    while (n < sizeof buf - 1) {
+      ssize_t r = read(s, buf + n, sizeof buf - 1 - n);
+      if (r <= 0) break;
+      n += (size_t)r;
+      buf[n] = '\0';
+      if (strstr(buf, "END\r\n")) break;
+    }
+  }
+  close(s);
+  buf[n] = '\0';
+  char key[64];
+  snprintf(key, sizeof key, "STAT %s ", name);
+  const char *p = strstr(buf, key);
+  return p ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+static void test_memcached(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){MEMCACHED, MEMCSLAP, MEMCCAPABLE, NULL}))
+    skip();
+  char err[128], out[128], ps[16], server[32];
+  tmp_path(err, sizeof err, "memcached.err");
+  tmp_path(out, sizeof out, "client.out");
+  int port = drv_free_port();
+  snprintf(ps, sizeof ps, "%d", port);
+  snprintf(server, sizeof server, "127.0.0.1:%d", port);
+  /* memcached refuses to run as root without a user to switch to. */
+  const char *argv[16] = {IOF_RUN_PATH, MEMCACHED, "-U", "0", "-l", "127.0.0.1",
+                          "-p",         ps,        "-t", "4", "-c", "1024"};
+  if (geteuid() == 0) argv[12] = "-u", argv[13] = "nobody";
+  pid_t pid = drv_spawn(argv, -1, NULL, err);
+  assert_true(drv_wait_listening(port, pid));
+
+  char servers[48];
+  snprintf(servers, sizeof servers, "--servers=%s", server);
+  int st =
+      run((const char *const[]){MEMCSLAP, servers, "--concurrency=100",
+                                "--execute-number=100", "--test=set", NULL},
+          out, 60);
+  long sets = mc_stat(port, "cmd_set");
+  /* The get test stores its 100 keys, then reads each 100 times. */
+  int st2 = run((const char *const[]){MEMCSLAP, servers, "--concurrency=100",
+                                      "--execute-number=100", "--test=get",
+                                      "--binary", NULL},
+                out, 60);
+  long sets2 = mc_stat(port, "cmd_set");
+  long gets = mc_stat(port, "cmd_get"), hits = mc_stat(port, "get_hits");
+  long conns = mc_stat(port, "total_connections");
+  int threads = drv_os_threads(pid);
+  char cap_out[128], buf[65536];
+  tmp_path(cap_out, sizeof cap_out, "memccapable.out");
+  int st3 =
+      run((const char *const[]){MEMCCAPABLE, "-h", "127.0.0.1", "-p", ps, NULL},
+          cap_out, 60);
+  drv_slurp(cap_out, buf, sizeof buf);
+  bool all_passed = strstr(buf, "All tests passed") != NULL;
+  int exit_st = stop(pid);
+  print_message("memcached under iofiber-run: memcslap exits %d %d, %ld sets, "
+                "%ld gets, %ld hits, %ld connections; memccapable exit %d%s; "
+                "%d OS thread(s); exit %d on SIGTERM\n",
+                st, st2, sets, gets, hits, conns, st3,
+                all_passed ? " (all passed)" : "", threads, exit_st);
+  if (!all_passed) print_message("memccapable: %s\n", buf);
+  assert_int_equal(st, 0);
+  assert_int_equal(st2, 0);
+  assert_int_equal(sets, 100 * 100);
+  assert_int_equal(sets2 - sets, 100);
+  assert_int_equal(gets, 100 * 100);
+  assert_int_equal(hits, 100 * 100);
+  assert_true(conns >= 200);
+  assert_int_equal(st3, 0);
+  assert_true(all_passed);
+  assert_true(threads >= 1 && threads <= MAX_THREADS);
+  assert_int_equal(exit_st, 0);
+}
+
+/* ---- civetweb ---------------------------------------------------------- */
+
+/* The number after `label` in ab's report, or -1. */
+static long ab_figure(const char *report, const char *label) {
+  const char *p = strstr(report, label);
+  return p ? strtol(p + strlen(label), NULL, 10) : -1;
+}
+
+static void write_file(const char *path, const void *data, size_t n,
+                       mode_t mode) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, data, n), (ssize_t)n);
+  close(fd);
+}
+
+static void test_civetweb(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){CIVETWEB, AB, SH, NULL})) skip();
+  char root[128], cgi_dir[160], path[192], body[128], err[128], out[128];
+  tmp_path(root, sizeof root, "www");
+  assert_int_equal(mkdir(root, 0755), 0);
+  snprintf(cgi_dir, sizeof cgi_dir, "%s/cgi", root);
+  assert_int_equal(mkdir(cgi_dir, 0755), 0);
+  static unsigned char data[FILE_BYTES > POST_BYTES ? FILE_BYTES : POST_BYTES];
+  for (size_t i = 0; i < sizeof data; i++)
+    data[i] = (unsigned char)(i * 13 + i / 253);
+  snprintf(path, sizeof path, "%s/file.bin", root);
+  write_file(path, data, FILE_BYTES, 0644);
+  /* Echoes the query and counts the body it reads from stdin. */
+  static const char script[] =
+      "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n"
+      "echo \"q=$QUERY_STRING\"\nhead -c \"$CONTENT_LENGTH\" | wc -c\n";
+  snprintf(path, sizeof path, "%s/count.cgi", cgi_dir);
+  write_file(path, script, sizeof script - 1, 0755);
+  tmp_path(body, sizeof body, "post.bin");
+  write_file(body, data, POST_BYTES, 0644);
+  tmp_path(err, sizeof err, "civetweb.err");
+  tmp_path(out, sizeof out, "ab.out");
+
+  int port = drv_free_port();
+  char listen[32];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  pid_t pid = drv_spawn(
+      (const char *const[]){IOF_RUN_PATH, CIVETWEB, "-document_root", root,
+                            "-listening_ports", listen, "-num_threads", "60",
+                            "-enable_keep_alive", "yes", "-cgi_pattern",
+                            "**.cgi$", NULL},
+      -1, NULL, err);
+  assert_true(drv_wait_listening(port, pid));
+
+  char url[96], report[8192];
+  snprintf(url, sizeof url, "http://%s/file.bin", listen);
+  int st = run((const char *const[]){AB, "-q", "-k", "-n", "3000", "-c", "50",
+                                     url, NULL},
+               out, 60);
+  drv_slurp(out, report, sizeof report);
+  long done = ab_figure(report, "Complete requests:");
+  long failed = ab_figure(report, "Failed requests:");
+  long kept = ab_figure(report, "Keep-Alive requests:");
+  long length = ab_figure(report, "Document Length:");
+
+  snprintf(url, sizeof url, "http://%s/cgi/count.cgi?a=b", listen);
+  int st2 =
+      run((const char *const[]){AB, "-q", "-n", "300", "-c", "50", "-p", body,
+                                "-T", "application/octet-stream", url, NULL},
+          out, 60);
+  drv_slurp(out, report, sizeof report);
+  long cgi_done = ab_figure(report, "Complete requests:");
+  long cgi_failed = ab_figure(report, "Failed requests:");
+  long non2xx = ab_figure(report, "Non-2xx responses:");
+  long cgi_length = ab_figure(report, "Document Length:");
+  int threads = drv_os_threads(pid);
+  int exit_st = stop(pid);
+  print_message("civetweb under iofiber-run: file %ld/3000 (%ld failed, %ld "
+                "kept alive, %ld bytes), CGI %ld/300 (%ld failed, %ld bytes); "
+                "%d OS thread(s); exit %d on SIGTERM\n",
+                done, failed, kept, length, cgi_done, cgi_failed, cgi_length,
+                threads, exit_st);
+  if (cgi_done != 300 || cgi_failed) print_message("ab: %s\n", report);
+  assert_int_equal(st, 0);
+  assert_int_equal(done, 3000);
+  assert_int_equal(failed, 0);
+  assert_int_equal(kept, 3000);
+  assert_int_equal(length, FILE_BYTES);
+  assert_int_equal(st2, 0);
+  assert_int_equal(cgi_done, 300);
+  assert_int_equal(cgi_failed, 0);
+  assert_int_equal(non2xx, -1); /* the line is absent: none */
+  /* "q=a=b\n" and the count of bytes the script read, "50000\n". */
+  assert_int_equal(cgi_length, 6 + 6);
+  assert_true(threads >= 1 && threads <= MAX_THREADS);
+  assert_int_equal(exit_st, 0);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int type,
+                    struct FTW *ftw) {
+  (void)sb, (void)type, (void)ftw;
+  remove(path);
+  return 0;
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  if (!mkdtemp(tmpdir)) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_memcached),
+      cmocka_unit_test(test_civetweb),
+  };
+  int r = cmocka_run_group_tests(tests, NULL, NULL);
+  nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  return r;
+}
