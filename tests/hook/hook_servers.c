@@ -114,20 +114,23 @@ static void test_memcached(void **state) {
                           "-p",         ps,        "-t", "4", "-c", "1024"};
   if (geteuid() == 0) argv[12] = "-u", argv[13] = "nobody";
   pid_t pid = drv_spawn(argv, -1, NULL, err);
-  assert_true(drv_wait_listening(port, pid));
+  if (!drv_wait_listening(port, pid)) {
+    stop(pid);
+    fail_msg("not listening on %d", port);
+  }
 
   char servers[48];
   snprintf(servers, sizeof servers, "--servers=%s", server);
   int st =
       run((const char *const[]){MEMCSLAP, servers, "--concurrency=100",
                                 "--execute-number=100", "--test=set", NULL},
-          out, 60);
+          out, 15);
   long sets = mc_stat(port, "cmd_set");
   /* The get test stores its 100 keys, then reads each 100 times. */
   int st2 = run((const char *const[]){MEMCSLAP, servers, "--concurrency=100",
                                       "--execute-number=100", "--test=get",
                                       "--binary", NULL},
-                out, 60);
+                out, 15);
   long sets2 = mc_stat(port, "cmd_set");
   long gets = mc_stat(port, "cmd_get"), hits = mc_stat(port, "get_hits");
   long conns = mc_stat(port, "total_connections");
@@ -136,7 +139,7 @@ static void test_memcached(void **state) {
   tmp_path(cap_out, sizeof cap_out, "memccapable.out");
   int st3 =
       run((const char *const[]){MEMCCAPABLE, "-h", "127.0.0.1", "-p", ps, NULL},
-          cap_out, 60);
+          cap_out, 30);
   drv_slurp(cap_out, buf, sizeof buf);
   bool all_passed = strstr(buf, "All tests passed") != NULL;
   int exit_st = stop(pid);
@@ -208,13 +211,16 @@ static void test_civetweb(void **state) {
                             "-enable_keep_alive", "yes", "-cgi_pattern",
                             "**.cgi$", NULL},
       -1, NULL, err);
-  assert_true(drv_wait_listening(port, pid));
+  if (!drv_wait_listening(port, pid)) {
+    stop(pid);
+    fail_msg("not listening on %d", port);
+  }
 
   char url[96], report[8192];
   snprintf(url, sizeof url, "http://%s/file.bin", listen);
   int st = run((const char *const[]){AB, "-q", "-k", "-n", "3000", "-c", "50",
                                      url, NULL},
-               out, 60);
+               out, 20);
   drv_slurp(out, report, sizeof report);
   long done = ab_figure(report, "Complete requests:");
   long failed = ab_figure(report, "Failed requests:");
@@ -225,7 +231,7 @@ static void test_civetweb(void **state) {
   int st2 =
       run((const char *const[]){AB, "-q", "-n", "300", "-c", "50", "-p", body,
                                 "-T", "application/octet-stream", url, NULL},
-          out, 60);
+          out, 20);
   drv_slurp(out, report, sizeof report);
   long cgi_done = ab_figure(report, "Complete requests:");
   long cgi_failed = ab_figure(report, "Failed requests:");
