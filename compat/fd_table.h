@@ -40,7 +40,8 @@ enum {
   IOF__FD_STREAM = 64,
   /* With IOF__FD_PASS: pollable, but shared with other processes (a
    * terminal, a pipe on 0-2), so it keeps its blocking mode and a fiber
-   * waits for readiness before the plain call (iof__fd_wait_first). */
+   * waits for readiness before a plain read (iof__fd_wait_first; writes
+   * stay plain: a poll before each would double their system calls). */
   IOF__FD_SHARED = 128,
 };
 

@@ -193,7 +193,9 @@ int iof_compat_connect(int fd, const struct sockaddr *addr, socklen_t len) {
   do {                                                                         \
     iof__fd_op op_;                                                            \
     if (!iof__fd_begin(&op_, fd, ev)) {                                        \
-      if (iof__fd_shared(fd) && iof__fd_wait_first(fd, ev) < 0) return -1;     \
+      if (ev == EV_READ && iof__fd_shared(fd) &&                               \
+          iof__fd_wait_first(fd, ev) < 0)                                      \
+        return -1;                                                             \
       return call;                                                             \
     }                                                                          \
     for (;;) {                                                                 \
