@@ -45,6 +45,11 @@ struct iof_socket {
 IOF_HIDDEN int iof__socket_new(iof_io_context *io, int fd, int family, int type,
                                bool listener, iof_socket **out);
 
+/* Closes and frees a socket iof__socket_new just made, which nothing has
+ * used or watched yet: from any thread, even while its io_context runs
+ * (where iof_socket_free says -EPERM). */
+IOF_HIDDEN void iof__socket_discard(iof_socket *s);
+
 /* Waits until s is readable (EV_READ) or writable (EV_WRITE), within the
  * socket's deadline and timeout for that direction (-ETIMEDOUT). */
 IOF_HIDDEN int iof__socket_wait(iof_socket *s, int dir);

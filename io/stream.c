@@ -164,7 +164,7 @@ int iof_stream_pipe(iof_io_context *io, iof_stream **a, iof_stream **b) {
   if (r < 0) {
     for (int i = 0; i < 2; i++)
       if (fds[i] >= 0) close(fds[i]);
-    if (sa) iof_socket_free(sa);
+    if (sa) iof__socket_discard(sa); /* a free could be refused: -EPERM */
     free(ea);
     free(eb);
     return r;
