@@ -1026,6 +1026,7 @@ static void no_malloc_per_round_trip_in_steady_state(void **state) {
 
 /* ---- a failed stream pipe from a plain thread while io runs ------------ */
 
+#ifndef IOF_SANITIZED
 static void *run_io(void *arg) {
   iof_io_context_run(arg);
   return NULL;
@@ -1037,6 +1038,7 @@ static int open_fds(void) {
   for (int fd = 0; fd < 1024; fd++) n += fcntl(fd, F_GETFD) >= 0;
   return n;
 }
+#endif
 
 /* Each allocation of iof_stream_pipe fails in turn (both ends, both
  * sockets), called from a plain thread while another runs the io_context:
