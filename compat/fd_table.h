@@ -133,11 +133,17 @@ IOF_HIDDEN bool iof__fd_again(iof__fd_op *op);
  * reader of the file can still leave the call waiting in the kernel. */
 IOF_HIDDEN int iof__fd_wait_first(int fd, int events);
 
-/* Whether fd is known as IOF__FD_SHARED (never learns). */
-static inline bool iof__fd_shared(int fd) {
+/* Before the plain call a blocking call makes when iof__fd_begin says so:
+ * a read of a fd known as IOF__FD_SHARED waits first (never learns;
+ * writes stay plain: a poll before each would double their system
+ * calls). 0 or -1 and errno, as iof__fd_wait_first. */
+static inline int iof__fd_before_plain(int fd, int events) {
+  if (events != EV_READ) return 0;
   iof__fd_slot *s = iof__fd_slot_peek(fd);
-  return s && (atomic_load_explicit(&s->flags, memory_order_relaxed) &
-               IOF__FD_SHARED);
+  if (!s ||
+      !(atomic_load_explicit(&s->flags, memory_order_relaxed) & IOF__FD_SHARED))
+    return 0;
+  return iof__fd_wait_first(fd, events);
 }
 
 /* Waits for op's fd until the deadline without trying a call first.

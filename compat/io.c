@@ -192,12 +192,8 @@ int iof_compat_connect(int fd, const struct sockaddr *addr, socklen_t len) {
 #define IOF__BLOCKING(fd, ev, call)                                            \
   do {                                                                         \
     iof__fd_op op_;                                                            \
-    if (!iof__fd_begin(&op_, fd, ev)) {                                        \
-      if (ev == EV_READ && iof__fd_shared(fd) &&                               \
-          iof__fd_wait_first(fd, ev) < 0)                                      \
-        return -1;                                                             \
-      return call;                                                             \
-    }                                                                          \
+    if (!iof__fd_begin(&op_, fd, ev))                                          \
+      return iof__fd_before_plain(fd, ev) < 0 ? -1 : (call);                   \
     for (;;) {                                                                 \
       ssize_t r_ = call;                                                       \
       if (r_ >= 0 || !iof__fd_again(&op_)) return r_;                          \
@@ -211,11 +207,8 @@ int iof_compat_connect(int fd, const struct sockaddr *addr, socklen_t len) {
 #define IOF__BLOCKING_READ(fd, n, call)                                        \
   do {                                                                         \
     iof__fd_op op_;                                                            \
-    if (!iof__fd_begin(&op_, fd, EV_READ)) {                                   \
-      if (iof__fd_shared(fd) && iof__fd_wait_first(fd, EV_READ) < 0)           \
-        return -1;                                                             \
-      return call;                                                             \
-    }                                                                          \
+    if (!iof__fd_begin(&op_, fd, EV_READ))                                     \
+      return iof__fd_before_plain(fd, EV_READ) < 0 ? -1 : (call);              \
     if (atomic_load_explicit(&op_.slot->drained, memory_order_relaxed)) {      \
       errno = EAGAIN;                                                          \
       if (!iof__fd_again(&op_)) return -1;                                     \

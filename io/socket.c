@@ -316,14 +316,14 @@ int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
   return r;
 }
 
-/* Detaches and cancels the waiters, stops the watcher, closes the fd. On
- * io's thread (or while nobody runs io). */
 void iof__socket_discard(iof_socket *s) {
   unlink_socket(s);
   close(s->fd);
   release(s);
 }
 
+/* Detaches and cancels the waiters, stops the watcher, closes the fd. On
+ * io's thread (or while nobody runs io). */
 static void close_now(iof_socket *s) {
   s->closed = true;
   s->no_bytes = true;
