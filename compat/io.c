@@ -443,13 +443,85 @@ static ssize_t put(int kind, int fd, const void *buf, size_t n, int flags,
   }
 }
 
+/* put_shared's answer when the write is not its to make. */
+#define IOF__PUT_PLAIN (-2)
+
+/* The most iovec entries a partial vectored write is advanced over. */
+#define IOF__IOV_COPY 64
+
+/* A fiber's write to a fd shared with other processes (IOF__FD_SHARED: a
+ * pipeline's pipe on stdout, a terminal) cannot set O_NONBLOCK, which the
+ * other processes would see; RWF_NOWAIT asks the same of one call. EAGAIN
+ * then waits as a fiber for room and goes on until all is written, as the
+ * blocking call would. A fd the kernel refuses the flag for (terminals,
+ * pipes on kernels without it) is marked and written plainly, with
+ * IOF__PUT_PLAIN, as is any other fd. Past IOF__IOV_COPY entries a
+ * partial write is returned as is. */
+static ssize_t put_shared(int fd, const struct iovec *iov, int cnt) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  unsigned st = s ? atomic_load_explicit(&s->flags, memory_order_relaxed) : 0;
+  if ((st & (IOF__FD_SHARED | IOF__FD_PLAIN_PUT)) != IOF__FD_SHARED ||
+      !iof__compat_fiber())
+    return IOF__PUT_PLAIN;
+  int saved = errno;
+  const struct iovec *cur = iov;
+  int cur_cnt = cnt;
+  struct iovec v[IOF__IOV_COPY];
+  size_t total = 0, done = 0;
+  bool walked = false; /* the kernel read the caller's vector: it is valid */
+  for (;;) {
+    ssize_t r = pwritev2(fd, cur, cur_cnt, -1, RWF_NOWAIT);
+    if (r >= 0) {
+      if (!walked)
+        for (int i = 0; i < cnt; i++) total += iov[i].iov_len;
+      walked = true;
+      done += (size_t)r;
+      if (done >= total || cnt > IOF__IOV_COPY) break;
+      cur_cnt = (int)iov_rest(iov, (size_t)cnt, done, v);
+      cur = v;
+      continue;
+    }
+    if (errno == EOPNOTSUPP) {
+      atomic_fetch_or_explicit(&s->flags, IOF__FD_PLAIN_PUT,
+                               memory_order_relaxed);
+      if (!done) {
+        errno = saved;
+        return IOF__PUT_PLAIN;
+      }
+      r = iof__libc.writev(fd, cur, cur_cnt);
+      if (r > 0) done += (size_t)r;
+      break;
+    }
+    if (errno != EAGAIN) {
+      if (!done) return -1;
+      break;
+    }
+    int w = iof__fd_wait_plain(fd, EV_WRITE, -1, true);
+    if (w < 0 && w != -EBADF) { /* closed: the next try says EBADF */
+      if (!done) {
+        errno = -w;
+        return -1;
+      }
+      break;
+    }
+  }
+  errno = saved;
+  return (ssize_t)done;
+}
+
 /* A blocking write hands over everything (pipes, stream sockets) unless
  * an error or a timeout stops it: then it reports what it wrote. */
 static ssize_t put_all(int kind, int fd, const void *buf, size_t n, int flags,
                        const struct sockaddr *a, socklen_t al) {
   iof__fd_op op;
-  if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE))
+  if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE)) {
+    if (kind == PUT_WRITE) {
+      struct iovec v = {(void *)buf, n};
+      ssize_t r = put_shared(fd, &v, 1);
+      if (r != IOF__PUT_PLAIN) return r;
+    }
     return put(kind, fd, buf, n, flags, a, al);
+  }
   size_t done = 0;
   for (;;) {
     ssize_t r = put(kind, fd, (const char *)buf + done, n - done, flags, a, al);
@@ -479,8 +551,6 @@ ssize_t iof_compat_sendto(int fd, const void *buf, size_t n, int flags,
   return put_all(PUT_SENDTO, fd, buf, n, flags, addr, len);
 }
 
-#define IOF__IOV_COPY 64
-
 static ssize_t putv_once(int fd, const struct msghdr *msg, int flags,
                          bool is_sendmsg) {
   return is_sendmsg ? iof__libc.sendmsg(fd, msg, flags)
@@ -494,8 +564,13 @@ static ssize_t putv_once(int fd, const struct msghdr *msg, int flags,
 static ssize_t putv_all(int fd, const struct msghdr *msg, int flags,
                         bool is_sendmsg) {
   iof__fd_op op;
-  if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE))
+  if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE)) {
+    if (!is_sendmsg) {
+      ssize_t r = put_shared(fd, msg->msg_iov, (int)msg->msg_iovlen);
+      if (r != IOF__PUT_PLAIN) return r;
+    }
     return putv_once(fd, msg, flags, is_sendmsg);
+  }
   /* The first try hands the caller's header and vector to the kernel
    * untouched: one it cannot read (a wild pointer) or refuses fails with
    * the plain call's EFAULT/EINVAL/EMSGSIZE, never a fault here. Once it

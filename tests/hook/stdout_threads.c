@@ -1,0 +1,155 @@
+/* A thread writing to a full stdout pipe must not stop the others. This
+ * program starts itself again as the writing process, with stdout on a
+ * pipe (as in `server | logger`), and only starts draining that pipe after
+ * 200 ms; there a writer thread writes 512 KiB with write(1) and
+ * writev(1) while a ticker thread keeps ticking. Run plain (real threads:
+ * the reference), under iofiber-run and with the header swap, where the
+ * threads are fibers of one OS thread: a write that held that thread for
+ * the 200 ms would stop the ticker (before the fix it did: an inherited
+ * pipe on stdout keeps its blocking mode, shared with other processes).
+ * Every byte must arrive, in order; then a terminal, which refuses
+ * RWF_NOWAIT, is written plainly. On a kernel that refuses RWF_NOWAIT on
+ * pipes the write is the plain call: then only the bytes are checked.
+ * Prints "all steps right" when every step is. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <spawn.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STEPS_NAME "stdout_threads"
+#include "steps.h"
+
+enum { CHUNK = 64 * 1024, CHUNKS = 8, DELAY_MS = 200 };
+
+static atomic_int ticks;
+static atomic_bool stop;
+
+static void *ticker(void *p) {
+  (void)p;
+  while (!atomic_load(&stop)) {
+    atomic_fetch_add(&ticks, 1);
+    usleep(2000);
+  }
+  return NULL;
+}
+
+static unsigned char byte_at(size_t i) {
+  return (unsigned char)(i * 7 + i / 251);
+}
+
+static int ticks_during; /* ticks while the writer wrote */
+
+static void *writer(void *p) {
+  (void)p;
+  static unsigned char buf[CHUNK * CHUNKS];
+  for (size_t i = 0; i < sizeof buf; i++) buf[i] = byte_at(i);
+  int t0 = atomic_load(&ticks);
+  for (int c = 0; c < CHUNKS - 2; c++) {
+    ssize_t n = write(1, buf + (size_t)c * CHUNK, CHUNK);
+    CHECK(n == CHUNK, "write to the full pipe");
+  }
+  /* The last two chunks in one writev, split unevenly. */
+  struct iovec v[3] = {{buf + (CHUNKS - 2) * CHUNK, 1000},
+                       {buf + (CHUNKS - 2) * CHUNK + 1000, CHUNK - 1000},
+                       {buf + (CHUNKS - 1) * CHUNK, CHUNK}};
+  ssize_t n = writev(1, v, 3);
+  CHECK(n == 2 * CHUNK, "writev to the full pipe");
+  ticks_during = atomic_load(&ticks) - t0;
+  /* A terminal refuses RWF_NOWAIT: its writes are the plain call, whole,
+   * the first one and the next. */
+  int m = posix_openpt(O_RDWR | O_NOCTTY);
+  if (m >= 0 && grantpt(m) == 0 && unlockpt(m) == 0) {
+    int t = open(ptsname(m), O_RDWR | O_NOCTTY);
+    CHECK(t >= 0, "open the terminal");
+    CHECK(write(t, "one\n", 4) == 4, "first write to a terminal");
+    CHECK(write(t, "two\n", 4) == 4, "next write to a terminal");
+    char got[32] = {0};
+    size_t have = 0;
+    while (have < 10) {
+      ssize_t r = read(m, got + have, sizeof got - 1 - have);
+      if (r <= 0) break;
+      have += (size_t)r;
+    }
+    CHECK(strcmp(got, "one\r\ntwo\r\n") == 0, "the terminal's bytes");
+    close(t);
+  }
+  if (m >= 0) close(m);
+  return NULL;
+}
+
+/* Whether this kernel lets a write to a pipe refuse to wait. */
+static bool pipes_take_nowait(void) {
+  int p[2];
+  if (pipe(p) != 0) return false;
+  char c = 'x';
+  struct iovec v = {&c, 1};
+  bool ok = pwritev2(p[1], &v, 1, -1, RWF_NOWAIT) == 1;
+  close(p[0]);
+  close(p[1]);
+  return ok;
+}
+
+/* The writing process: stdout is the pipe it inherited. Exit 0 when the
+ * writes succeeded and the ticker ran meanwhile (where it can). */
+static int writing_process(void) {
+  bool nowait = pipes_take_nowait();
+  pthread_t tt, wt;
+  CHECK(pthread_create(&tt, NULL, ticker, NULL) == 0, "ticker");
+  CHECK(pthread_create(&wt, NULL, writer, NULL) == 0, "writer");
+  CHECK(pthread_join(wt, NULL) == 0, "join writer");
+  atomic_store(&stop, true);
+  CHECK(pthread_join(tt, NULL) == 0, "join ticker");
+  /* 200 ms at one tick per 2 ms: about 100 ticks while the pipe was full;
+   * a held thread lets none through. */
+  if (nowait) CHECK(ticks_during >= 20, "the ticker ran during the write");
+  fprintf(stderr, "stdout_threads: %d ticks during the write%s\n", ticks_during,
+          nowait ? "" : " (pipes refuse RWF_NOWAIT here)");
+  return failed;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "writer") == 0) return writing_process();
+  /* The reader: starts the writing process with stdout on a pipe, as a
+   * shell pipeline would, drains it after DELAY_MS and checks every
+   * byte. */
+  int p[2];
+  CHECK(pipe(p) == 0, "pipe");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_addclose(&fa, p[0]);
+  posix_spawn_file_actions_addclose(&fa, p[1]);
+  char *args[] = {argv[0], "writer", NULL};
+  extern char **environ;
+  pid_t child;
+  CHECK(posix_spawn(&child, "/proc/self/exe", &fa, NULL, args, environ) == 0,
+        "posix_spawn");
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  usleep(DELAY_MS * 1000);
+  static unsigned char buf[16384];
+  size_t at = 0;
+  bool in_order = true;
+  for (;;) {
+    ssize_t n = read(p[0], buf, sizeof buf);
+    CHECK(n >= 0, "read");
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; i++)
+      if (buf[i] != byte_at(at + (size_t)i)) in_order = false;
+    at += (size_t)n;
+  }
+  close(p[0]);
+  CHECK(in_order && at == (size_t)CHUNK * CHUNKS, "every byte, in order");
+  int status = -1;
+  CHECK(waitpid(child, &status, 0) == child, "waitpid");
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the writing process");
+  if (!failed) printf("all steps right\n");
+  return failed;
+}
