@@ -40,14 +40,14 @@ enum {
   IOF__FD_STREAM = 64,
   /* With IOF__FD_PASS: pollable, but shared with other processes (a
    * terminal, a pipe on 0-2), so it keeps its blocking mode. A fiber
-   * waits for readiness before a plain read (iof__fd_wait_first), and
-   * writes with RWF_NOWAIT, waiting for room after EAGAIN (a poll before
-   * each write would double its system calls). */
+   * reads and writes it with RWF_NOWAIT and waits after EAGAIN (io.c);
+   * where the kernel refuses that, it waits for readiness before a plain
+   * read (iof__fd_wait_first), and writes plainly. */
   IOF__FD_SHARED = 128,
   /* With IOF__FD_SHARED: the kernel refused RWF_NOWAIT on the fd (a
-   * terminal, or a pipe on a kernel without it): its writes are the
-   * plain call from then on. */
-  IOF__FD_PLAIN_PUT = 256,
+   * terminal, or a pipe on a kernel without it): a read waits first, a
+   * write is the plain call, from then on. */
+  IOF__FD_NO_NOWAIT = 256,
 };
 
 typedef struct iof__fd_waiter iof__fd_waiter;
@@ -137,19 +137,6 @@ IOF_HIDDEN bool iof__fd_again(iof__fd_op *op);
  * call; -1 and errno: fail it (ECANCELED, EINTR). A race with another
  * reader of the file can still leave the call waiting in the kernel. */
 IOF_HIDDEN int iof__fd_wait_first(int fd, int events);
-
-/* Before the plain call a blocking call makes when iof__fd_begin says so:
- * a read of a fd known as IOF__FD_SHARED waits first (never learns;
- * writes go through RWF_NOWAIT instead, in io.c: a poll before each would
- * double their system calls). 0 or -1 and errno, as iof__fd_wait_first. */
-static inline int iof__fd_before_plain(int fd, int events) {
-  if (events != EV_READ) return 0;
-  iof__fd_slot *s = iof__fd_slot_peek(fd);
-  if (!s ||
-      !(atomic_load_explicit(&s->flags, memory_order_relaxed) & IOF__FD_SHARED))
-    return 0;
-  return iof__fd_wait_first(fd, events);
-}
 
 /* Waits for op's fd until the deadline without trying a call first.
  * 0 ready, else -errno as iof__fd_again (-ETIMEDOUT at the deadline). */

@@ -188,12 +188,70 @@ int iof_compat_connect(int fd, const struct sockaddr *addr, socklen_t len) {
 
 /* ---- byte calls -------------------------------------------------------- */
 
-/* One try-wait loop around `call` (an expression using the arguments). */
+/* get_shared's and put_shared's answer when the call is not theirs to
+ * make: the caller makes the plain call. */
+#define IOF__SHARED_PLAIN (-2)
+
+/* Marks fd's slot: the kernel refused RWF_NOWAIT on it. */
+static void no_nowait(int fd) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  if (s)
+    atomic_fetch_or_explicit(&s->flags, IOF__FD_NO_NOWAIT,
+                             memory_order_relaxed);
+}
+
+/* Whether a fiber's call on fd is for get_shared/put_shared: the fd is
+ * shared with other processes (IOF__FD_SHARED: a pipeline's pipe on 0-2,
+ * a terminal) and keeps its blocking mode, which O_NONBLOCK would change
+ * for them too; RWF_NOWAIT asks the same of one call. *nowait: the kernel
+ * has not refused the flag on it. */
+static bool shared_fd(int fd, bool *nowait) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd);
+  unsigned st = s ? atomic_load_explicit(&s->flags, memory_order_relaxed) : 0;
+  if (!(st & IOF__FD_SHARED)) return false;
+  *nowait = !(st & IOF__FD_NO_NOWAIT);
+  return true;
+}
+
+/* A read of a shared fd (shared_fd): with RWF_NOWAIT, EAGAIN becomes a
+ * fiber wait for data, and a reader in another process taking the bytes
+ * first only means another wait. A fd the kernel refuses the flag for (a
+ * terminal, a pipe on a kernel without it) is marked, and waited for
+ * before the caller's plain call (iof__fd_wait_first), as the kernel
+ * gives no other way: IOF__SHARED_PLAIN, as for any other fd. */
+static ssize_t get_shared(int fd, const struct iovec *iov, int cnt) {
+  bool nowait;
+  if (!shared_fd(fd, &nowait)) return IOF__SHARED_PLAIN;
+  if (nowait && iof__compat_fiber()) {
+    int saved = errno;
+    for (;;) {
+      ssize_t r = preadv2(fd, iov, cnt, -1, RWF_NOWAIT);
+      if (r >= 0) {
+        errno = saved;
+        return r;
+      }
+      if (errno == EOPNOTSUPP) {
+        no_nowait(fd);
+        break;
+      }
+      if (errno != EAGAIN) return -1;
+      int w = iof__fd_wait_plain(fd, EV_READ, -1, true);
+      if (w < 0 && w != -EBADF) { /* closed: the next try says EBADF */
+        errno = -w;
+        return -1;
+      }
+    }
+    errno = saved;
+  }
+  return iof__fd_wait_first(fd, EV_READ) < 0 ? -1 : IOF__SHARED_PLAIN;
+}
+
+/* One try-wait loop around `call` (an expression using the arguments),
+ * for calls on sockets, which are never shared_fd. */
 #define IOF__BLOCKING(fd, ev, call)                                            \
   do {                                                                         \
     iof__fd_op op_;                                                            \
-    if (!iof__fd_begin(&op_, fd, ev))                                          \
-      return iof__fd_before_plain(fd, ev) < 0 ? -1 : (call);                   \
+    if (!iof__fd_begin(&op_, fd, ev)) return (call);                           \
     for (;;) {                                                                 \
       ssize_t r_ = call;                                                       \
       if (r_ >= 0 || !iof__fd_again(&op_)) return r_;                          \
@@ -204,11 +262,13 @@ int iof_compat_connect(int fd, const struct sockaddr *addr, socklen_t len) {
  * drained) the next read waits for readiness first, as a blocking read's
  * request/response traffic nearly always finds nothing: one system call
  * fewer per round trip than a try that fails with EAGAIN. */
-#define IOF__BLOCKING_READ(fd, n, call)                                        \
+#define IOF__BLOCKING_READ(fd, n, call, iov, cnt)                              \
   do {                                                                         \
     iof__fd_op op_;                                                            \
-    if (!iof__fd_begin(&op_, fd, EV_READ))                                     \
-      return iof__fd_before_plain(fd, EV_READ) < 0 ? -1 : (call);              \
+    if (!iof__fd_begin(&op_, fd, EV_READ)) {                                   \
+      ssize_t r_ = get_shared(fd, iov, cnt);                                   \
+      return r_ != IOF__SHARED_PLAIN ? r_ : (call);                            \
+    }                                                                          \
     if (atomic_load_explicit(&op_.slot->drained, memory_order_relaxed)) {      \
       errno = EAGAIN;                                                          \
       if (!iof__fd_again(&op_)) return -1;                                     \
@@ -225,11 +285,20 @@ int iof_compat_connect(int fd, const struct sockaddr *addr, socklen_t len) {
   } while (0)
 
 ssize_t iof_compat_read(int fd, void *buf, size_t n) {
-  IOF__BLOCKING_READ(fd, n, iof__libc.read(fd, buf, n));
+  struct iovec v = {buf, n};
+  IOF__BLOCKING_READ(fd, n, iof__libc.read(fd, buf, n), &v, 1);
 }
 
 ssize_t iof_compat_readv(int fd, const struct iovec *iov, int cnt) {
-  IOF__BLOCKING(fd, EV_READ, iof__libc.readv(fd, iov, cnt));
+  iof__fd_op op;
+  if (!iof__fd_begin(&op, fd, EV_READ)) {
+    ssize_t r = get_shared(fd, iov, cnt);
+    return r != IOF__SHARED_PLAIN ? r : iof__libc.readv(fd, iov, cnt);
+  }
+  for (;;) {
+    ssize_t r = iof__libc.readv(fd, iov, cnt);
+    if (r >= 0 || !iof__fd_again(&op)) return r;
+  }
 }
 
 /* Receives that never block in the kernel, whatever the socket's mode: an
@@ -443,26 +512,19 @@ static ssize_t put(int kind, int fd, const void *buf, size_t n, int flags,
   }
 }
 
-/* put_shared's answer when the write is not its to make. */
-#define IOF__PUT_PLAIN (-2)
-
 /* The most iovec entries a partial vectored write is advanced over. */
 #define IOF__IOV_COPY 64
 
-/* A fiber's write to a fd shared with other processes (IOF__FD_SHARED: a
- * pipeline's pipe on stdout, a terminal) cannot set O_NONBLOCK, which the
- * other processes would see; RWF_NOWAIT asks the same of one call. EAGAIN
- * then waits as a fiber for room and goes on until all is written, as the
- * blocking call would. A fd the kernel refuses the flag for (terminals,
- * pipes on kernels without it) is marked and written plainly, with
- * IOF__PUT_PLAIN, as is any other fd. Past IOF__IOV_COPY entries a
+/* A write to a shared fd (shared_fd) with RWF_NOWAIT: EAGAIN waits as a
+ * fiber for room, and the write goes on until all is written, as the
+ * blocking call would. A fd the kernel refuses the flag for (a terminal,
+ * a pipe on a kernel without it) is marked and written plainly
+ * (IOF__SHARED_PLAIN), as is any other fd. Past IOF__IOV_COPY entries a
  * partial write is returned as is. */
 static ssize_t put_shared(int fd, const struct iovec *iov, int cnt) {
-  iof__fd_slot *s = iof__fd_slot_peek(fd);
-  unsigned st = s ? atomic_load_explicit(&s->flags, memory_order_relaxed) : 0;
-  if ((st & (IOF__FD_SHARED | IOF__FD_PLAIN_PUT)) != IOF__FD_SHARED ||
-      !iof__compat_fiber())
-    return IOF__PUT_PLAIN;
+  bool nowait;
+  if (!shared_fd(fd, &nowait) || !nowait || !iof__compat_fiber())
+    return IOF__SHARED_PLAIN;
   int saved = errno;
   const struct iovec *cur = iov;
   int cur_cnt = cnt;
@@ -482,11 +544,10 @@ static ssize_t put_shared(int fd, const struct iovec *iov, int cnt) {
       continue;
     }
     if (errno == EOPNOTSUPP) {
-      atomic_fetch_or_explicit(&s->flags, IOF__FD_PLAIN_PUT,
-                               memory_order_relaxed);
+      no_nowait(fd);
       if (!done) {
         errno = saved;
-        return IOF__PUT_PLAIN;
+        return IOF__SHARED_PLAIN;
       }
       r = iof__libc.writev(fd, cur, cur_cnt);
       if (r > 0) done += (size_t)r;
@@ -518,7 +579,7 @@ static ssize_t put_all(int kind, int fd, const void *buf, size_t n, int flags,
     if (kind == PUT_WRITE) {
       struct iovec v = {(void *)buf, n};
       ssize_t r = put_shared(fd, &v, 1);
-      if (r != IOF__PUT_PLAIN) return r;
+      if (r != IOF__SHARED_PLAIN) return r;
     }
     return put(kind, fd, buf, n, flags, a, al);
   }
@@ -567,7 +628,7 @@ static ssize_t putv_all(int fd, const struct msghdr *msg, int flags,
   if ((flags & MSG_DONTWAIT) || !iof__fd_begin(&op, fd, EV_WRITE)) {
     if (!is_sendmsg) {
       ssize_t r = put_shared(fd, msg->msg_iov, (int)msg->msg_iovlen);
-      if (r != IOF__PUT_PLAIN) return r;
+      if (r != IOF__SHARED_PLAIN) return r;
     }
     return putv_once(fd, msg, flags, is_sendmsg);
   }

@@ -80,8 +80,9 @@ IOF_API int iof_compat_connect(int fd, const struct sockaddr *addr,
  * EAGAIN; or the fd is closed by another fiber: EBADF). User-non-blocking
  * fds, MSG_DONTWAIT, regular files and terminals behave exactly as the
  * plain call (files and terminals block the thread). Pipes on 0-2 keep
- * their blocking mode: a read waits for data first, a write or writev
- * waits for room where the kernel takes RWF_NOWAIT on pipes. */
+ * their blocking mode; where the kernel takes RWF_NOWAIT on pipes, their
+ * reads and writes wait as a fiber too (else a read waits for data
+ * first, then blocks the thread for what is missing). */
 IOF_API ssize_t iof_compat_read(int fd, void *buf, size_t n);
 IOF_API ssize_t iof_compat_write(int fd, const void *buf, size_t n);
 IOF_API ssize_t iof_compat_readv(int fd, const struct iovec *iov, int cnt);
