@@ -17,18 +17,7 @@
 
 #define STEPS_NAME "popen"
 #include "steps.h"
-
-static atomic_int ticks;
-static atomic_bool stop;
-
-static void *ticker(void *p) {
-  (void)p;
-  while (!atomic_load(&stop)) {
-    atomic_fetch_add(&ticks, 1);
-    usleep(2000);
-  }
-  return NULL;
-}
+#include "ticker.h"
 
 int main(void) {
   pthread_t t;

@@ -30,20 +30,9 @@
 
 #define STEPS_NAME "std_pipes"
 #include "steps.h"
+#include "ticker.h"
 
 enum { CHUNK = 64 * 1024, CHUNKS = 8, DELAY_MS = 200, GAP_MS = 100 };
-
-static atomic_int ticks;
-static atomic_bool stop;
-
-static void *ticker(void *p) {
-  (void)p;
-  while (!atomic_load(&stop)) {
-    atomic_fetch_add(&ticks, 1);
-    usleep(2000);
-  }
-  return NULL;
-}
 
 static unsigned char byte_at(size_t i) {
   return (unsigned char)(i * 7 + i / 251);

@@ -18,18 +18,7 @@
 
 #define STEPS_NAME "stdin_threads"
 #include "steps.h"
-
-static atomic_int ticks;
-static atomic_bool stop;
-
-static void *ticker(void *p) {
-  (void)p;
-  while (!atomic_load(&stop)) {
-    atomic_fetch_add(&ticks, 1);
-    usleep(2000);
-  }
-  return NULL;
-}
+#include "ticker.h"
 
 static const char *const lines[] = {"fgets\n", "getline\n", "c\n",
                                     "abcde\n", "42\n",      "raw\n"};
