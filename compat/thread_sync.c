@@ -1004,6 +1004,34 @@ int iof_compat_pthread_rwlock_unlock(pthread_rwlock_t *prw) {
   return 0;
 }
 
+/* ---- spin lock --------------------------------------------------------- */
+
+/* glibc's lock spins without end. Its holder may be a fiber thread of this
+ * very OS thread that suspended inside its critical section (a mutex or a
+ * read there): the spin would then hold the thread that holder needs, and
+ * never end. A fiber spins briefly (the holder may run on another OS
+ * thread and let go at once), then yields between tries, so the fiber
+ * threads of its io thread run; a plain thread spins as glibc's does,
+ * with a sched_yield now and then. The lock word stays glibc's:
+ * pthread_spin_unlock and trylock work on it unchanged. */
+#define IOF__SPIN_TRIES 100
+
+int iof_compat_pthread_spin_lock(pthread_spinlock_t *l) {
+  bool fiber = iof__cthr_fiber() != NULL;
+  for (unsigned i = 1;; i++) {
+    int r = pthread_spin_trylock(l);
+    if (r != EBUSY) return r;
+    if (i % IOF__SPIN_TRIES) {
+      iof__cpu_relax();
+    } else {
+      int saved = errno;
+      if (!fiber || iof_yield() < 0) /* a fiber whose context stops: spin */
+        iof__libc.sched_yield();
+      errno = saved;
+    }
+  }
+}
+
 /* ---- barrier ---------------------------------------------------------- */
 
 typedef struct cbarrier {

@@ -244,6 +244,7 @@
     (pthread_cond_t * c, pthread_mutex_t * m, clockid_t k,                     \
      const struct timespec *t),                                                \
     (c, m, k, t))                                                              \
+  X(IO, int, pthread_spin_lock, (pthread_spinlock_t * l), (l))                 \
   X(OBJ, int, pthread_barrier_init,                                            \
     (pthread_barrier_t * b, const pthread_barrierattr_t *a, unsigned n),       \
     (b, a, n))                                                                 \

@@ -258,6 +258,14 @@ iof_compat_pthread_rwlock_clockwrlock(pthread_rwlock_t *rw, clockid_t clock,
 #endif
 IOF_API int iof_compat_pthread_rwlock_unlock(pthread_rwlock_t *rw);
 
+/* ---- spin locks -------------------------------------------------------- */
+
+/* pthread_spin_lock on glibc's lock word (init, trylock, unlock and destroy
+ * stay glibc's): in a fiber thread it yields between short spins, so a
+ * holder that suspended on the same io thread gets to run and let go. 0;
+ * what pthread_spin_trylock reports other than EBUSY. */
+IOF_API int iof_compat_pthread_spin_lock(pthread_spinlock_t *l);
+
 /* ---- barriers --------------------------------------------------------- */
 
 /* 0; EINVAL (count 0). wait returns PTHREAD_BARRIER_SERIAL_THREAD to one
