@@ -1026,12 +1026,44 @@ void iof__fd_user_blocking(int fd) {
     (void)iof__libc.fcntl(fd, F_SETFL, k & ~O_NONBLOCK);
 }
 
+/* dup2/dup3 over a lingering socket close it: the kernel then waits as in
+ * its close, on the caller's thread. A fiber first takes another number
+ * for that socket (the spare), so the dup's own close is not the last
+ * one, then closes the spare as close does, waiting as a fiber. -1: no
+ * spare needed (or none to be had: the dup waits in the kernel). */
+static int linger_spare(int fd2) {
+  iof__fd_slot *s = iof__fd_slot_peek(fd2);
+  if (!s || !atomic_load_explicit(&s->linger, memory_order_relaxed) ||
+      !iof__compat_fiber())
+    return -1;
+  int saved = errno;
+  int spare = iof__libc.fcntl(fd2, F_DUPFD_CLOEXEC, 0);
+  errno = saved;
+  return spare;
+}
+
+/* After the dup: the spare's close, lingering when the dup took fd2's
+ * number (its file is the old socket), plain when it failed (fd2 still
+ * holds the socket). errno is the dup's. */
+static void linger_spare_close(int spare, int r) {
+  if (spare < 0) return;
+  int saved = errno;
+  iof_fiber *f = iof__compat_fiber();
+  if (r >= 0 && f)
+    (void)close_lingering(f, spare);
+  else
+    (void)iof__libc.close(spare);
+  errno = saved;
+}
+
 int iof_compat_dup2(int fd, int fd2) {
   if (fd == fd2) return iof__libc.dup2(fd, fd2);
   if (!dup_ok(fd, fd2)) return -1;
+  int spare = linger_spare(fd2);
   iof__fd_reset(fd2, 0); /* its waiters see EBADF, never the new file */
   int r = iof__libc.dup2(fd, fd2);
   copied(fd, r);
+  linger_spare_close(spare, r);
   return r;
 }
 
@@ -1041,9 +1073,11 @@ int iof_compat_dup3(int fd, int fd2, int flags) {
     return -1;
   }
   if (!dup_ok(fd, fd2)) return -1;
+  int spare = linger_spare(fd2);
   iof__fd_reset(fd2, 0);
   int r = iof__libc.dup3(fd, fd2, flags);
   copied(fd, r);
+  linger_spare_close(spare, r);
   return r;
 }
 

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <linux/filter.h>
@@ -1295,9 +1296,9 @@ typedef struct linger_ctx {
   int port, listener;
   atomic_int closing; /* 1 + the close in progress, 0 none */
   atomic_bool done;
-  atomic_int ticks[2]; /* while close k was in progress */
-  int64_t close_ms[2];
-  int close_r[2];
+  atomic_int ticks[4]; /* while close k was in progress */
+  int64_t close_ms[4];
+  int close_r[4];
 } linger_ctx;
 
 /* A connection to ctx's listener whose accepted side s is full: 0 or -1. */
@@ -1324,16 +1325,38 @@ static int linger_closer(void *arg) {
   CHECK(iof_compat_setsockopt(x->listener, SOL_SOCKET, SO_LINGER, &lg,
                               sizeof lg) == 0);
   CHECK(stuck_pair(x, &c1, &s1) == 0);
-  int sv[2] = {s0, s1};
-  for (int k = 0; k < 2; k++) {
+  /* Two more, closed by dup2 and dup3 onto their numbers. */
+  int c3, s3, c4, s4;
+  CHECK(stuck_pair(x, &c3, &s3) == 0);
+  CHECK(stuck_pair(x, &c4, &s4) == 0);
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  CHECK(null >= 0);
+  int sv[4] = {s0, s1, s3, s4};
+  for (int k = 0; k < 4; k++) {
     atomic_store(&x->closing, 1 + k);
     uint64_t t0 = iof_test_now_ns();
     errno = 4242;
-    x->close_r[k] = iof_compat_close(sv[k]);
+    if (k < 2)
+      x->close_r[k] = iof_compat_close(sv[k]);
+    else if (k == 2)
+      x->close_r[k] = iof_compat_dup2(null, sv[k]) == sv[k] ? 0 : -1;
+    else
+      x->close_r[k] = iof_compat_dup3(null, sv[k], O_CLOEXEC) == sv[k] ? 0 : -1;
     x->close_ms[k] = ms_since(t0);
     CHECK(errno == 4242);
     atomic_store(&x->closing, 0);
   }
+  /* The dups left /dev/null on those numbers, and no spare behind. */
+  struct stat nst, st;
+  CHECK(fstat(null, &nst) == 0);
+  for (int k = 2; k < 4; k++) {
+    CHECK(fstat(sv[k], &st) == 0 && st.st_rdev == nst.st_rdev &&
+          S_ISCHR(st.st_mode));
+    iof_compat_close(sv[k]);
+  }
+  iof_compat_close(null);
+  iof_compat_close(c3);
+  iof_compat_close(c4);
   /* linger {1, 0}: a reset, no wait. */
   int c2, s2;
   lg.l_linger = 0;
@@ -1361,6 +1384,7 @@ static int linger_ticker(void *arg) {
 
 static void test_close_lingering(void **s) {
   (void)s;
+  int fds_before = iof_test_open_fds();
   linger_ctx x = {0};
   x.listener = listen_tcp(&x.port, 8);
   iof_io_context *io = new_io();
@@ -1371,12 +1395,13 @@ static void test_close_lingering(void **s) {
   assert_no_failures();
   /* Each close took its second; a tick per 5 ms meanwhile, far more
    * than none. */
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 4; k++) {
     assert_int_equal(x.close_r[k], 0);
     assert_true(x.close_ms[k] >= 800 && x.close_ms[k] < 5000);
     assert_true(atomic_load(&x.ticks[k]) >= 50);
   }
   iof_compat_close(x.listener);
+  assert_int_equal(iof_test_open_fds(), fds_before); /* no spare left open */
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +29,12 @@ size_t iof_test_rss_bytes(void) {
     fclose(f);
   }
   return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+int iof_test_open_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; fd++) n += fcntl(fd, F_GETFD) >= 0;
+  return n;
 }
 
 int64_t ms_since(uint64_t t0) {

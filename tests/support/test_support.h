@@ -20,6 +20,9 @@ uint64_t iof_test_now_ns(void);
 /* Resident set size of this process in bytes (from /proc/self/statm). */
 size_t iof_test_rss_bytes(void);
 
+/* Open descriptors of this process (of the first 4096 numbers). */
+int iof_test_open_fds(void);
+
 /* Milliseconds elapsed since t0 (an iof_test_now_ns() reading). */
 int64_t ms_since(uint64_t t0);
 
