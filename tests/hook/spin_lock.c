@@ -23,7 +23,7 @@ static void *holder(void *p) {
   (void)p;
   CHECK(pthread_spin_lock(&lock) == 0, "holder: lock");
   atomic_store(&held, true);
-  usleep(50 * 1000);
+  usleep(100 * 1000);
   atomic_store(&released, true);
   CHECK(pthread_spin_unlock(&lock) == 0, "holder: unlock");
   return NULL;
@@ -53,7 +53,7 @@ int main(void) {
   CHECK(pthread_join(h, NULL) == 0 && pthread_join(a, NULL) == 0, "join");
   atomic_store(&stop, true);
   CHECK(pthread_join(t, NULL) == 0, "join ticker");
-  /* About 25 ticks in the holder's 50 ms. */
+  /* About 50 ticks in the holder's 100 ms. */
   CHECK(ticks_waiting >= 5, "the ticker ran while the asker waited");
   CHECK(pthread_spin_trylock(&lock) == 0, "free at the end");
   CHECK(pthread_spin_unlock(&lock) == 0 && pthread_spin_destroy(&lock) == 0,
