@@ -1,4 +1,4 @@
-/* A spin lock held across a wait: one thread takes it and sleeps 50 ms
+/* A spin lock held across a wait: one thread takes it and sleeps 100 ms
  * holding it, another asks for it meanwhile. Run plain (real threads: the
  * reference), under iofiber-run and with the header swap, where the
  * threads are fibers of one OS thread: glibc's spin would hold that
