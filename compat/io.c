@@ -213,6 +213,17 @@ static bool shared_fd(int fd, bool *nowait) {
   return true;
 }
 
+/* After RWF_NOWAIT's EAGAIN on a shared fd: whether the file is
+ * non-blocking after all (another process, or a raw system call, set
+ * O_NONBLOCK on it), when the plain call would say EAGAIN too. errno is
+ * kept. */
+static bool shared_nonblocking(int fd) {
+  int saved = errno;
+  int fl = iof__libc.fcntl(fd, F_GETFL);
+  errno = saved;
+  return fl >= 0 && (fl & O_NONBLOCK);
+}
+
 /* A read of a shared fd (shared_fd): with RWF_NOWAIT, EAGAIN becomes a
  * fiber wait for data, and a reader in another process taking the bytes
  * first only means another wait. A fd the kernel refuses the flag for (a
@@ -234,7 +245,7 @@ static ssize_t get_shared(int fd, const struct iovec *iov, int cnt) {
         no_nowait(fd);
         break;
       }
-      if (errno != EAGAIN) return -1;
+      if (errno != EAGAIN || shared_nonblocking(fd)) return -1;
       int w = iof__fd_wait_plain(fd, EV_READ, -1, true);
       if (w < 0 && w != -EBADF) { /* closed: the next try says EBADF */
         errno = -w;
@@ -553,7 +564,7 @@ static ssize_t put_shared(int fd, const struct iovec *iov, int cnt) {
       if (r > 0) done += (size_t)r;
       break;
     }
-    if (errno != EAGAIN) {
+    if (errno != EAGAIN || shared_nonblocking(fd)) {
       if (!done) return -1;
       break;
     }

@@ -12,7 +12,8 @@
  * header swap, where the threads are fibers of one OS thread: a call that
  * held that thread would stop the ticker (before the fix the write did;
  * inherited pipes on 0-2 keep their blocking mode, shared with the other
- * processes). Every byte must arrive, in order; then a terminal, which
+ * processes). Every byte must arrive, in order; an empty stdin made
+ * non-blocking behind the runtime's back says EAGAIN; a terminal, which
  * refuses RWF_NOWAIT, is written plainly. On a kernel that refuses
  * RWF_NOWAIT on pipes the calls are the plain ones (the read waits for
  * readiness first): then only the bytes are checked.
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,6 +115,7 @@ static void *reader(void *p) {
  * the calls did what they should and the ticker ran meanwhile (where it
  * can). */
 static int child_process(void) {
+  alarm(20); /* a read that waits where it should fail ends here */
   bool nowait = pipes_take_nowait();
   pthread_t tt, wt, rt[2];
   line_read lr[2] = {{{0}, 0}, {{0}, 0}};
@@ -125,6 +128,14 @@ static int child_process(void) {
     CHECK(pthread_join(rt[i], NULL) == 0, "join reader");
   atomic_store(&stop, true);
   CHECK(pthread_join(tt, NULL) == 0, "join ticker");
+  /* O_NONBLOCK set behind the runtime's back (a raw system call, as
+   * another process sharing the pipe could): an empty stdin says EAGAIN
+   * at once, as the plain read would, instead of waiting. */
+  CHECK(syscall(SYS_fcntl, 0, F_SETFL, O_NONBLOCK) == 0, "raw O_NONBLOCK");
+  char c;
+  errno = 0;
+  CHECK(read(0, &c, 1) == -1 && errno == EAGAIN, "EAGAIN when non-blocking");
+  CHECK(write(3, "b", 1) == 1, "tell the parent");
   bool one_two =
       (strcmp(lr[0].line, "one\n") == 0 && strcmp(lr[1].line, "two\n") == 0) ||
       (strcmp(lr[0].line, "two\n") == 0 && strcmp(lr[1].line, "one\n") == 0);
@@ -188,6 +199,8 @@ int main(int argc, char **argv) {
   CHECK(read(ack[0], &a, 1) == 1, "the child took the first line");
   usleep(GAP_MS * 1000);
   CHECK(write(in[1], "two\n", 4) == 4, "second line");
+  /* stdin stays open (no EOF) until the child's non-blocking read. */
+  CHECK(read(ack[0], &a, 1) == 1, "the child read with O_NONBLOCK");
   close(in[1]);
   CHECK(read(out[0], buf, sizeof buf) == 0, "nothing more on stdout");
   close(out[0]);
