@@ -414,6 +414,10 @@ iof_fiber *iof__fiber_create_ex(iof_frame_allocator *alloc, size_t stack_size,
   if (__builtin_expect(alloc->vtbl == &iof__pool_vtbl, 1)) {
     base = iof__pool_allocate(alloc, size); /* it says why it failed */
     if (!base) return NULL;
+  } else if (!alloc->vtbl || !alloc->vtbl->allocate ||
+             !alloc->vtbl->deallocate) {
+    errno = EINVAL; /* a zeroed allocator object: nothing to call */
+    return NULL;
   } else {
     int saved = errno;
     errno = 0;

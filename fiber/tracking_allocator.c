@@ -37,6 +37,12 @@ static const iof_frame_allocator_vtbl tracking_vtbl = {tracking_allocate,
                                                        tracking_deallocate};
 
 iof_frame_allocator *iof_tracking_allocator_create(iof_frame_allocator *inner) {
+  /* Checked now: the first allocation would call through NULL. */
+  if (inner &&
+      (!inner->vtbl || !inner->vtbl->allocate || !inner->vtbl->deallocate)) {
+    errno = EINVAL;
+    return NULL;
+  }
   tracking *t = calloc(1, sizeof *t);
   if (!t) {
     errno = ENOMEM;

@@ -178,7 +178,9 @@ iof_frame_allocator *iof_context_frame_allocator(iof_execution_context *ctx) {
 
 int iof_context_set_frame_allocator(iof_execution_context *ctx,
                                     iof_frame_allocator *a) {
-  if (!ctx) return -EINVAL;
+  /* Refused here rather than at every later launch on ctx. */
+  if (!ctx || (a && (!a->vtbl || !a->vtbl->allocate || !a->vtbl->deallocate)))
+    return -EINVAL;
   atomic_store(&ctx->frame_allocator, a);
   return 0;
 }

@@ -305,6 +305,36 @@ static void tracking_allocator_bad_arguments(void **state) {
   assert_int_equal(iof_tracking_allocator_destroy(t), 0);
 }
 
+/* An allocator object left zeroed, or with a slot missing, is refused
+ * with EINVAL up front (creation called through its NULL vtbl and
+ * crashed); a tracking wrapper refuses it as its inner allocator. */
+static void *alloc_only(iof_frame_allocator *self, size_t size) {
+  (void)self;
+  (void)size;
+  return NULL;
+}
+
+static void zeroed_allocators_are_einval(void **state) {
+  (void)state;
+  static const iof_frame_allocator_vtbl no_free = {alloc_only, NULL};
+  iof_frame_allocator zeroed = {NULL}, half = {&no_free};
+  iof_frame_allocator *bad[] = {&zeroed, &half};
+  for (size_t i = 0; i < 2; i++) {
+    errno = 0;
+    assert_null(iof_fiber_create(bad[i], 0, ret7, NULL));
+    assert_int_equal(errno, EINVAL);
+    errno = 0;
+    assert_null(iof_tracking_allocator_create(bad[i]));
+    assert_int_equal(errno, EINVAL);
+  }
+  /* The allocators themselves still work afterwards. */
+  iof_fiber *f = iof_fiber_create(NULL, 0, ret7, NULL);
+  assert_non_null(f);
+  assert_int_equal(iof_fiber_resume(f), 0);
+  assert_int_equal(iof_fiber_status(f), 7);
+  assert_int_equal(iof_fiber_destroy(f), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(fiber_create_rejects_bad_arguments, arm,
@@ -322,6 +352,8 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(stack_pool_bad_arguments, arm, disarm),
       cmocka_unit_test_setup_teardown(tracking_allocator_bad_arguments, arm,
+                                      disarm),
+      cmocka_unit_test_setup_teardown(zeroed_allocators_are_einval, arm,
                                       disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

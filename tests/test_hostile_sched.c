@@ -125,6 +125,16 @@ static void executor_and_context_bad_arguments(void **state) {
   assert_false(iof_has_service(NULL, NULL));
   assert_non_null(iof_context_frame_allocator(NULL));
   assert_int_equal(iof_context_set_frame_allocator(NULL, NULL), -EINVAL);
+  /* A zeroed allocator object is refused where it is handed over (a
+   * launch called through its NULL vtbl and crashed); the context keeps
+   * its allocator. */
+  iof_frame_allocator zeroed = {NULL};
+  assert_int_equal(iof_context_set_frame_allocator(ctx, &zeroed), -EINVAL);
+  assert_ptr_equal(iof_context_frame_allocator(ctx),
+                   iof_default_frame_allocator());
+  iof_launch_opts zo = {0};
+  zo.frame_allocator = &zeroed;
+  assert_int_equal(iof_run_async(ex, &zo, ret0, NULL), -EINVAL);
 
   iof_work_guard g;
   assert_int_equal(iof_work_guard_init(NULL, ex), -EINVAL);

@@ -29,7 +29,8 @@ typedef int (*iof_fn)(void *arg);
  * NULL: the default allocator) that will run fn(arg) when first resumed.
  * stack_size is rounded up to pages; 0 means IOF_FIBER_STACK_DEFAULT (as
  * in every stack size of the library). Returns NULL with errno: EINVAL
- * (NULL fn, stack_size below IOF_FIBER_STACK_MIN or above _MAX), ENOMEM. */
+ * (NULL fn, stack_size below IOF_FIBER_STACK_MIN or above _MAX, an
+ * allocator whose vtbl or one of its slots is NULL), ENOMEM. */
 IOF_API iof_fiber *iof_fiber_create(iof_frame_allocator *alloc,
                                     size_t stack_size, iof_fn fn, void *arg);
 

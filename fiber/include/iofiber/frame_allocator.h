@@ -137,7 +137,8 @@ typedef struct iof_tracking_stats {
 } iof_tracking_stats;
 
 /* Wraps `inner` (NULL: the default allocator) and counts live frames and
- * bytes; thread safe. Returns NULL with errno ENOMEM. */
+ * bytes; thread safe. Returns NULL with errno EINVAL (inner's vtbl or one
+ * of its slots is NULL) or ENOMEM. */
 IOF_API iof_frame_allocator *
 iof_tracking_allocator_create(iof_frame_allocator *inner);
 

@@ -158,7 +158,8 @@ IOF_API bool iof_has_service(iof_execution_context *ctx,
 
 /* The allocator for fibers launched on ctx: never NULL (default: the
  * process-wide stack pool, iof_default_frame_allocator()). Setting affects only
- * later launches; NULL restores the default. 0 or -EINVAL. */
+ * later launches; NULL restores the default. 0; -EINVAL (NULL ctx, an
+ * allocator whose vtbl or one of its slots is NULL). */
 IOF_API iof_frame_allocator *
 iof_context_frame_allocator(iof_execution_context *ctx);
 IOF_API int iof_context_set_frame_allocator(iof_execution_context *ctx,

@@ -22,7 +22,8 @@ typedef struct iof_launch_opts {
  * (executor, the token retained for the chain's life, allocator) and posts
  * it; never runs fn before returning. The chain counts as work on ex until
  * on_done has run and its stack is freed. 0; -EINVAL (empty ex, NULL fn,
- * bad stack size, a vtable without post or dispatch); -EDEADLK (from an
+ * bad stack size, a vtable without post or dispatch, a frame allocator
+ * without its vtbl or slots); -EDEADLK (from an
  * iof_fiber_walk callback); -ESHUTDOWN (ex's context
  * is shutting down); -ENOMEM. Nothing is allocated on failure. Called in a
  * fiber, the new chain inherits neither the caller's token nor its allocator.
