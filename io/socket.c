@@ -267,13 +267,9 @@ static void unlink_socket(iof_socket *s) {
   pthread_mutex_unlock(&io->rlock);
 }
 
-int iof__socket_new(iof_io_context *io, int fd, int family, int type,
-                    bool listener, iof_socket **out) {
-  iof_socket *s = calloc(1, sizeof *s);
-  if (!s) {
-    close(fd);
-    return -ENOMEM;
-  }
+/* Fills a zeroed s for fd and links it to io. */
+static void socket_init(iof_socket *s, iof_io_context *io, int fd, int family,
+                        int type, bool listener, iof_socket **out) {
   s->io = io;
   s->fd = fd;
   s->family = family;
@@ -286,6 +282,16 @@ int iof__socket_new(iof_io_context *io, int fd, int family, int type,
   s->w.data = s;
   link_socket(io, s);
   *out = s;
+}
+
+int iof__socket_new(iof_io_context *io, int fd, int family, int type,
+                    bool listener, iof_socket **out) {
+  iof_socket *s = calloc(1, sizeof *s);
+  if (!s) {
+    close(fd);
+    return -ENOMEM;
+  }
+  socket_init(s, io, fd, family, type, listener, out);
   return 0;
 }
 
@@ -296,11 +302,20 @@ int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
    * assert once it was watched or closed. */
   int fl = fd < 0 || iof__rt_fd_owned(fd) ? -1 : fcntl(fd, F_GETFL);
   if (fl < 0) return -EBADF;
+  /* Allocated before the fd is touched: whatever fails, the fd stays the
+   * caller's, open and as it was (it was closed when memory ran out, and
+   * the caller's own close then hit a stranger's descriptor). */
+  iof_socket *s = calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
   /* Only a foreign fd pays for these: the runtime's own sockets are made
    * with SOCK_NONBLOCK | SOCK_CLOEXEC. */
   if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
-      fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
-    return -errno;
+      fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+    int e = errno;
+    fcntl(fd, F_SETFL, fl);
+    free(s);
+    return -e;
+  }
   int type = 0, acc = 0;
   socklen_t sl = sizeof type;
   bool is_socket = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &sl) == 0;
@@ -311,9 +326,9 @@ int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out) {
   int family = is_socket && getsockname(fd, (struct sockaddr *)&ss, &al) == 0
                    ? ss.ss_family
                    : 0;
-  int r = iof__socket_new(io, fd, family, type, acc != 0, out);
-  if (r == 0) (*out)->is_socket = is_socket;
-  return r;
+  socket_init(s, io, fd, family, type, acc != 0, out);
+  s->is_socket = is_socket;
+  return 0;
 }
 
 void iof__socket_discard(iof_socket *s) {

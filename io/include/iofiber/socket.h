@@ -84,7 +84,8 @@ IOF_API int iof_unix_connect(iof_io_context *io, const char *path,
 
 /* Wraps an fd created elsewhere (made non-blocking; the socket owns it from
  * now on). 0 and *out; -EBADF (not open, or one of the runtime's own
- * descriptors: a loop's epoll or wake-up fd), -EINVAL, -ENOMEM. */
+ * descriptors: a loop's epoll or wake-up fd), -EINVAL, -ENOMEM. On failure
+ * the fd stays the caller's: open, its flags unchanged. */
 IOF_API int iof_socket_adopt(iof_io_context *io, int fd, iof_socket **out);
 
 /* Reads what is available, at most len (waits if nothing is). len 0
