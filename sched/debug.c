@@ -34,7 +34,8 @@ typedef struct iof__debug_shard {
 /* Read by the gdb extension (share/iofiber/gdb/iofiber.py) by these names:
  * keep them, and the shard, chain and fiber fields it reads, in step. */
 IOF_HIDDEN iof__debug_shard *iof__debug_shards;
-IOF_HIDDEN _Thread_local bool iof__debug_walking;
+IOF_HIDDEN _Thread_local bool iof__debug_walking
+    __attribute__((tls_model("initial-exec")));
 
 static atomic_flag shards_lock = ATOMIC_FLAG_INIT; /* the list */
 static atomic_ulong id_blocks;          /* next block of ids, from 0 */

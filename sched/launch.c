@@ -203,6 +203,9 @@ static int await_checked(void *aw, const iof_awaitable_vtbl *vt,
 int iof__await_as(iof_fiber *self, void *aw, const iof_awaitable_vtbl *vt,
                   bool refuse_on_shutdown) {
   if (vt->ready && vt->ready(aw)) return vt->resume ? vt->resume(aw) : 0;
+  /* From an iof_fiber_walk callback: the fibers this thread runs while
+   * this one is away would spin on the registry's locks the walk holds. */
+  if (iof__debug_walking) return -EDEADLK;
   if (refuse_on_shutdown && iof__env_stopping(self->env)) return -ECANCELED;
   return await_in(self, aw, vt);
 }
@@ -276,6 +279,7 @@ int iof_yield(void) {
   iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   if (self == &th->root || !self->env) return -EPERM;
+  if (iof__debug_walking) return -EDEADLK; /* as iof__await_as */
   const iof_run_mark *m = th->marks;
   if (m) {
     /* The context this thread runs may requeue the fiber itself, if the
@@ -313,6 +317,7 @@ int iof_run(iof_executor_ref ex, const iof_launch_opts *opts, iof_fn fn,
   bool hops = !iof_executor_equal(env.executor, caller->executor);
   iof_execution_context *away = NULL;
   if (hops) {
+    if (iof__debug_walking) return -EDEADLK; /* as iof__await_as */
     if (iof_execution_context_stopping(iof_executor_context(env.executor)))
       return -ESHUTDOWN;
     iof_executor_on_work_started(env.executor);

@@ -71,8 +71,11 @@ IOF_HIDDEN int iof__thread_create_quiet(pthread_t *t, void *(*fn)(void *),
 IOF_HIDDEN void iof__debug_register(iof_chain *c);
 IOF_HIDDEN void iof__debug_unregister(iof_chain *c);
 /* True on a thread inside iof_fiber_walk's callback, which holds the
- * registry's spinlock: launching or cancelling there would spin forever. */
-IOF_HIDDEN extern _Thread_local bool iof__debug_walking;
+ * registry's spinlock: launching or cancelling there would spin forever,
+ * and so would a fiber that ends while the callback waits or suspends.
+ * Initial-exec: iof_yield reads it on its fast path. */
+IOF_HIDDEN extern _Thread_local bool iof__debug_walking
+    __attribute__((tls_model("initial-exec")));
 
 /* Names a vtable (an executor's or an awaitable's) for iof_fiber_walk.
  * `describe`, if given, refines the label from the awaitable itself and

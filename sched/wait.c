@@ -378,6 +378,11 @@ static inline void wait_init(iof__wait *w) {
 int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
                     int64_t deadline_ns, int flags) {
   wait_init(w);
+  /* In an iof_fiber_walk callback the registry's locks are held: what the
+   * wait waits for may need them (a fiber that ends), and a fiber of this
+   * thread that ran meanwhile would spin on them. Refused before begin,
+   * as a passed deadline is. */
+  if (iof__debug_walking) return -EDEADLK;
   iof_fiber *self = iof__sync_fiber();
   if (self)
     return block_fiber(self, (iof_executor_ref){0}, op, begin, w, deadline_ns,
@@ -389,5 +394,6 @@ int iof__wait_block_on(iof_fiber *self, iof_executor_ref where, void *op,
                        iof__wait_begin begin, iof__wait *w, int64_t deadline_ns,
                        int flags) {
   wait_init(w);
+  if (iof__debug_walking) return -EDEADLK; /* as iof__wait_block */
   return block_fiber(self, where, op, begin, w, deadline_ns, flags);
 }

@@ -100,6 +100,7 @@ static void forward_stop(void *arg) {
 static int run_group(group *g, size_t n) {
   iof_fiber *self = iof__sync_fiber();
   if (!self) return -EPERM;
+  if (iof__debug_walking) return -EDEADLK; /* no child could launch */
   const iof_env *env = iof_env_current();
   if (iof_stop_requested(env->stop_token)) return -ECANCELED;
   int r = iof_stop_source_init(&g->src);

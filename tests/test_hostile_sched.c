@@ -758,6 +758,120 @@ static void fiber_walk_misuse(void **state) {
   assert_int_equal(iof_io_context_destroy(io), 0);
 }
 
+/* Every wait or suspension from a walk callback is refused with -EDEADLK
+ * (a fiber's sleep there hung: another fiber of the thread ended while the
+ * walker was away and spun on the registry's locks the walk holds); the
+ * objects waited on are untouched, calls that need no wait still work. */
+typedef struct walk_waits {
+  iof_io_context *io;
+  iof_thread_pool *pool;
+  iof_mutex held, own;
+  iof_cond cond;
+  iof_sem sem;
+  iof_event ev;
+  iof_chan *ch;
+  iof_timer *timer;
+  iof_socket *rs;
+  int calls;
+} walk_waits;
+
+static int walk_waits_cb(const iof_fiber_info *info, void *arg) {
+  walk_waits *ww = arg;
+  (void)info;
+  ww->calls++;
+  char b;
+  iof_fn fns[1] = {ret0};
+  CHECK_EQ(iof_sleep_for(1000000), -EDEADLK);
+  CHECK_EQ(iof_yield(), -EDEADLK);
+  CHECK_EQ(iof_mutex_lock(&ww->held), -EDEADLK);
+  CHECK_EQ(iof_mutex_timedlock(&ww->held, iof_deadline_after(1000000)),
+           -EDEADLK);
+  CHECK_EQ(iof_cond_wait(&ww->cond, &ww->own), -EDEADLK);
+  CHECK_EQ(iof_sem_wait(&ww->sem), -EDEADLK);
+  CHECK_EQ(iof_event_wait(&ww->ev), -EDEADLK);
+  CHECK_EQ(iof_chan_recv(ww->ch, NULL), -EDEADLK);
+  CHECK_EQ(iof_timer_wait(ww->timer), -EDEADLK);
+  CHECK_EQ(iof_read_some(ww->rs, &b, 1), -EDEADLK);
+  CHECK_EQ(iof_run(iof_thread_pool_executor(ww->pool), NULL, ret0, NULL),
+           -EDEADLK);
+  CHECK_EQ(iof_when_all(1, fns, NULL, NULL), -EDEADLK);
+  /* What needs no wait still works. */
+  CHECK_EQ(iof_mutex_unlock(&ww->own), 0); /* still the caller's */
+  CHECK_EQ(iof_mutex_lock(&ww->own), 0);
+  CHECK_EQ(iof_sem_post(&ww->sem), 0);
+  CHECK_EQ(iof_sem_wait(&ww->sem), 0);
+  CHECK_EQ(iof_chan_try_recv(ww->ch, NULL), -EAGAIN);
+  return 1;
+}
+
+static int walk_waits_fiber(void *arg) {
+  walk_waits *ww = arg;
+  CHECK_EQ(iof_mutex_lock(&ww->own), 0);
+  /* A fiber of this thread that ends while the walker would be away. */
+  CHECK_EQ(iof_launch(iof_io_context_executor(ww->io), ret0, NULL), 0);
+  CHECK_EQ(iof_fiber_walk(walk_waits_cb, ww), 1);
+  CHECK_EQ(iof_mutex_unlock(&ww->own), 0);
+  CHECK_EQ(iof_sleep_for(1000000), 0); /* after the walk, as before */
+  return 0;
+}
+
+static int walk_plain_cb(const iof_fiber_info *info, void *arg) {
+  walk_waits *ww = arg;
+  (void)info;
+  ww->calls++;
+  CHECK_EQ(iof_sem_timedwait(&ww->sem, iof_deadline_after(50000000)), -EDEADLK);
+  CHECK_EQ(iof_mutex_lock(&ww->held), -EDEADLK);
+  CHECK_EQ(iof_chan_recv_until(ww->ch, NULL, iof_deadline_after(50000000)),
+           -EDEADLK);
+  return 1;
+}
+
+static void fiber_walk_callback_waits_are_edeadlk(void **state) {
+  (void)state;
+  walk_waits ww = {0};
+  ww.io = iof_io_context_create();
+  assert_non_null(ww.io);
+  ww.pool = iof_thread_pool_create(1);
+  assert_non_null(ww.pool);
+  assert_int_equal(iof_mutex_init(&ww.held), 0);
+  assert_int_equal(iof_mutex_init(&ww.own), 0);
+  assert_int_equal(iof_cond_init(&ww.cond), 0);
+  assert_int_equal(iof_sem_init(&ww.sem, 0), 0);
+  assert_int_equal(iof_event_init(&ww.ev, false), 0);
+  ww.ch = iof_chan_create(0, 1);
+  assert_non_null(ww.ch);
+  ww.timer = iof_timer_create(ww.io);
+  assert_non_null(ww.timer);
+  assert_true(iof_timer_expires_after(ww.timer, 10000000000LL) >= 0);
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  assert_int_equal(iof_socket_adopt(ww.io, sv[0], &ww.rs), 0);
+  assert_int_equal(iof_mutex_lock(&ww.held), 0); /* this thread's */
+  launch(ww.io, walk_waits_fiber, &ww);
+  run_all(ww.io);
+  assert_int_equal(ww.calls, 1);
+  /* From a plain thread: a blocking wait is refused the same way. */
+  launch(ww.io, ret0, NULL); /* a fiber to walk over */
+  ww.calls = 0;
+  assert_int_equal(iof_fiber_walk(walk_plain_cb, &ww), 1);
+  assert_int_equal(ww.calls, 1);
+  run_all(ww.io);
+  assert_int_equal(atomic_load(&failures), 0);
+  /* Nothing was left queued on the objects. */
+  assert_int_equal(iof_mutex_unlock(&ww.held), 0);
+  assert_int_equal(iof_mutex_destroy(&ww.held), 0);
+  assert_int_equal(iof_mutex_destroy(&ww.own), 0);
+  assert_int_equal(iof_cond_destroy(&ww.cond), 0);
+  assert_int_equal(iof_sem_destroy(&ww.sem), 0);
+  assert_int_equal(iof_event_destroy(&ww.ev), 0);
+  assert_int_equal(iof_chan_destroy(ww.ch), 0);
+  assert_int_equal(iof_timer_destroy(ww.timer), 0);
+  assert_int_equal(iof_socket_free(ww.rs), 0);
+  close(sv[1]);
+  assert_int_equal(iof_thread_pool_destroy(ww.pool), 0);
+  assert_int_equal(iof_io_context_destroy(ww.io), 0);
+}
+
 /* ---- strands and thread pools ----------------------------------------- */
 
 static void strand_and_pool_bad_arguments(void **state) {
@@ -1511,6 +1625,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(launch_misuse_inside_fiber, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(fiber_walk_misuse, reset, disarm),
+      cmocka_unit_test_setup_teardown(fiber_walk_callback_waits_are_edeadlk,
+                                      reset, disarm),
       cmocka_unit_test_setup_teardown(strand_and_pool_bad_arguments, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(pool_calls_from_its_own_thread, reset,

@@ -50,7 +50,10 @@ typedef int (*iof_fiber_walk_fn)(const iof_fiber_info *info, void *arg);
  * The registry is locked during the walk: fn must not launch fibers, wait
  * for one to end, suspend or block (launches, cancels, dumps, running or
  * destroying an io_context, joining or destroying a thread pool from fn
- * fail with -EDEADLK). Returns how many fibers fn saw; -EINVAL on NULL
+ * fail with -EDEADLK, and so does every call of the library that would
+ * wait or suspend there: a sleep, a lock, channel, socket or timer wait
+ * that cannot complete at once, iof_yield, a hop of iof_run,
+ * iof_when_all/any). Returns how many fibers fn saw; -EINVAL on NULL
  * fn; -EDEADLK when called from fn itself. */
 IOF_API int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg);
 
