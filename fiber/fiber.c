@@ -644,8 +644,9 @@ int iof_fiber_status(const iof_fiber *f) {
 int iof_fiber_set_name(iof_fiber *f, const char *name) {
   if (!f) return -EINVAL;
   if (!name) name = "";
-  size_t n = strlen(name);
-  if (n >= sizeof f->name) n = sizeof f->name - 1;
+  /* Bounded: only the bytes kept are read (a full char buffer without a
+   * terminator is a name too). */
+  size_t n = strnlen(name, sizeof f->name - 1);
   memcpy(f->name, name, n);
   f->name[n] = '\0';
   return 0;

@@ -193,7 +193,8 @@ int iof_tcp_connect(iof_io_context *io, const char *host, const char *port,
 
 static int unix_addr(const char *path, struct sockaddr_un *sun) {
   if (!path || !*path) return -EINVAL;
-  size_t n = strlen(path);
+  /* Bounded: a path that does not fit is refused without reading it all. */
+  size_t n = strnlen(path, sizeof sun->sun_path);
   if (n >= sizeof sun->sun_path) return -ENAMETOOLONG;
   memset(sun, 0, sizeof *sun);
   sun->sun_family = AF_UNIX;

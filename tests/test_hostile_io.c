@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -514,6 +515,20 @@ static void socket_calls_outside_fibers(void **state) {
   longpath[0] = '/';
   longpath[sizeof longpath - 1] = '\0';
   assert_int_equal(iof_unix_listen(io, longpath, 0, &s), -ENAMETOOLONG);
+  /* A path without a terminator, ending where the memory does: refused as
+   * too long after sizeof sun_path bytes (strlen ran into the unmapped
+   * page). */
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  char *two = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  assert_true(two != MAP_FAILED);
+  assert_int_equal(mprotect(two + page, page, PROT_NONE), 0);
+  char *raw = two + page - 200;
+  memset(raw, 'p', 200);
+  raw[0] = '/';
+  assert_int_equal(iof_unix_listen(io, raw, 0, &s), -ENAMETOOLONG);
+  assert_int_equal(iof_unix_connect(io, raw, &s), -ENAMETOOLONG);
+  assert_int_equal(munmap(two, 2 * page), 0);
   assert_int_equal(iof_unix_connect(io, NULL, &s), -EINVAL);
   assert_int_equal(iof_wait_readable(NULL, 0, 0), -EINVAL);
   assert_int_equal(iof_wait_writable(NULL, 0, 0), -EINVAL);

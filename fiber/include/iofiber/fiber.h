@@ -62,7 +62,8 @@ IOF_API int iof_fiber_status(const iof_fiber *f);
  * under ASan a pooled frame is poisoned, so such a use is reported. */
 IOF_API int iof_fiber_destroy(iof_fiber *f);
 
-/* Names are copied (truncated to 31 bytes; NULL clears); used in the
+/* Names are copied (truncated to 31 bytes, and no byte past the 31st is
+ * read: a name needs no terminator there; NULL clears); used in the
  * overflow report. set_name: 0, -EINVAL on NULL f.
  * iof_fiber_name never returns NULL ("" when unnamed or f is NULL). */
 IOF_API int iof_fiber_set_name(iof_fiber *f, const char *name);
