@@ -401,6 +401,7 @@ static iof_io_context *make(struct ev_loop *loop, bool own) {
   }
   /* Listed unless the hook moved and listed it already. */
   if (own) io->rt_fds[1] = iof__rt_fd_claim(wake_fd, IOF__RT_WAKEUP);
+  ev_prepare_init(&io->fd_check, iof__fd_check);
   ev_idle_init(&io->idle, idle_cb);
   ev_timer_init(&io->deadline, deadline_cb, 0., 0.);
   if (!own) {
@@ -671,6 +672,7 @@ int iof_io_context_destroy(iof_io_context *io) {
   }
   while (atomic_load_explicit(&io->remote_posting, memory_order_acquire))
     sched_yield();
+  ev_prepare_stop(io->loop, &io->fd_check); /* a host's loop lives on */
   ev_async_stop(io->loop, &io->wake);
   if (io->own_loop) destroy_loop(io->loop);
   /* Closed by libev: the numbers are free for the program again. */

@@ -56,7 +56,15 @@ struct iof_io_context {
   bool waits_cancelled;        /* shutdown: the sockets' waiters were failed
                                   (io's thread) */
   int rt_fds[2]; /* an owned loop's epoll fd and wake-up fd, listed */
+  /* Waits on foreign fds (iof_wait_readable/writable) begun since the loop
+   * last registered its fds, checked by fd_check just before it does
+   * (io's thread only; see socket.c). */
+  struct iof__fresh_fd *fd_fresh;
+  ev_prepare fd_check;
 };
+
+/* fd_check's callback (socket.c). */
+IOF_HIDDEN void iof__fd_check(struct ev_loop *loop, ev_prepare *w, int revents);
 
 /* The io_context behind an execution context, or NULL. */
 IOF_HIDDEN iof_io_context *iof__io_of(iof_execution_context *ctx);

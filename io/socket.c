@@ -695,11 +695,53 @@ ssize_t iof_writev(iof_socket *s, const struct iovec *iov, int iovcnt) {
 
 /* ---- foreign descriptors ---------------------------------------------- */
 
+/* libev registers a started watcher's fd with epoll only when its loop
+ * next polls, and asserts (aborting the process) if the fd is no longer
+ * open then. A foreign fd is the caller's: another fiber of the loop may
+ * close it between the start of a wait and that poll. So each new wait is
+ * listed until the poll, and a prepare watcher (which libev runs just
+ * before registering) fails those whose fd went away with -EBADF, its
+ * watcher stopped unregistered. */
+typedef struct iof__fresh_fd {
+  struct iof__fresh_fd *next, *prev;
+  bool listed;
+} fresh_fd;
+
 typedef struct fd_wait {
   iof_io_op op;
   ev_io io;
   int fd;
+  fresh_fd fresh;
 } fd_wait;
+
+static void fresh_unlink(iof_io_context *io, fresh_fd *n) {
+  if (!n->listed) return;
+  n->listed = false;
+  if (n->prev)
+    n->prev->next = n->next;
+  else
+    io->fd_fresh = n->next;
+  if (n->next) n->next->prev = n->prev;
+  if (!io->fd_fresh) ev_prepare_stop(io->loop, &io->fd_check);
+}
+
+void iof__fd_check(struct ev_loop *loop, ev_prepare *w, int revents) {
+  (void)revents;
+  iof_io_context *io =
+      (iof_io_context *)((char *)w - offsetof(iof_io_context, fd_check));
+  fresh_fd *n = io->fd_fresh;
+  io->fd_fresh = NULL;
+  ev_prepare_stop(loop, w);
+  for (fresh_fd *next; n; n = next) {
+    next = n->next;
+    n->listed = false;
+    fd_wait *f = (fd_wait *)((char *)n - offsetof(fd_wait, fresh));
+    if (fcntl(f->fd, F_GETFD) < 0) {
+      ev_io_stop(loop, &f->io);
+      iof__io_complete(&f->op, -EBADF);
+    }
+  }
+}
 
 static void on_fd(struct ev_loop *loop, ev_io *ew, int revents) {
   (void)loop;
@@ -709,15 +751,23 @@ static void on_fd(struct ev_loop *loop, ev_io *ew, int revents) {
 
 static int fd_arm(iof_io_op *op) {
   fd_wait *f = (fd_wait *)op;
+  iof_io_context *io = op->io;
   ev_io_init(&f->io, on_fd, f->fd, op->dir);
   f->io.data = op;
-  ev_io_start(op->io->loop, &f->io);
+  ev_io_start(io->loop, &f->io);
+  f->fresh.prev = NULL;
+  f->fresh.next = io->fd_fresh;
+  if (io->fd_fresh) io->fd_fresh->prev = &f->fresh;
+  io->fd_fresh = &f->fresh;
+  f->fresh.listed = true;
+  ev_prepare_start(io->loop, &io->fd_check);
   return 0;
 }
 
 static void fd_disarm(iof_io_op *op) {
   fd_wait *f = (fd_wait *)op;
   ev_io_stop(op->io->loop, &f->io);
+  fresh_unlink(op->io, &f->fresh);
 }
 
 static int wait_fd(iof_io_context *io, int fd, int ev, int64_t timeout_ns) {
@@ -725,6 +775,7 @@ static int wait_fd(iof_io_context *io, int fd, int ev, int64_t timeout_ns) {
   /* The runtime's own descriptors are as if not open (see adopt). */
   if (fd < 0 || iof__rt_fd_owned(fd) || fcntl(fd, F_GETFD) < 0) return -EBADF;
   fd_wait f;
+  f.fresh.listed = false;
   iof__io_op_init(&f.op, io, fd_arm, fd_disarm, NULL);
   f.op.dir = ev;
   f.fd = fd;

@@ -11,6 +11,7 @@
 #include <iofiber/iofiber.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -1158,6 +1159,79 @@ static int rt_waits(void *arg) {
   return 0;
 }
 
+/* A foreign fd closed by another fiber after a wait on it began, before
+ * the loop polled: libev registered it then and asserted (abort in
+ * epoll_ctl's EBADF); the wait now fails with -EBADF and the loop goes
+ * on. Both directions, and a wait that stays valid beside them. */
+typedef struct fd_gone {
+  iof_io_context *io;
+  int rd, wr, keep;
+  int r_read, r_write, r_keep;
+} fd_gone;
+
+static int fd_gone_reader(void *arg) {
+  fd_gone *g = arg;
+  g->r_read = iof_wait_readable(g->io, g->rd, 5000 * MS);
+  return 0;
+}
+
+static int fd_gone_writer(void *arg) {
+  fd_gone *g = arg;
+  g->r_write = iof_wait_writable(g->io, g->wr, 5000 * MS);
+  return 0;
+}
+
+static int fd_gone_keeper(void *arg) {
+  fd_gone *g = arg;
+  g->r_keep = iof_wait_readable(g->io, g->keep, 50 * MS);
+  return 0;
+}
+
+static int fd_gone_closer(void *arg) {
+  fd_gone *g = arg;
+  close(g->rd);
+  close(g->wr);
+  return 0;
+}
+
+static void foreign_fd_closed_before_the_poll(void **state) {
+  (void)state;
+  fd_gone g = {0};
+  g.io = iof_io_context_create();
+  assert_non_null(g.io);
+  int p[2], q[2];
+  assert_int_equal(pipe(p), 0);
+  assert_int_equal(pipe(q), 0);
+  g.rd = p[0];
+  g.wr = dup(p[1]); /* a write end the closer may close */
+  assert_true(g.wr >= 0);
+  /* A full pipe: its write end is not writable. */
+  assert_int_equal(fcntl(p[1], F_SETFL, O_NONBLOCK), 0);
+  char buf[4096] = {0};
+  while (write(p[1], buf, sizeof buf) > 0) {
+  }
+  g.keep = q[0];
+  g.r_read = g.r_write = g.r_keep = 1;
+  launch(g.io, fd_gone_reader, &g);
+  launch(g.io, fd_gone_writer, &g);
+  launch(g.io, fd_gone_keeper, &g);
+  launch(g.io, fd_gone_closer, &g); /* same batch: before the poll */
+  run_all(g.io);
+  assert_int_equal(g.r_read, -EBADF);
+  assert_int_equal(g.r_write, -EBADF);
+  assert_int_equal(g.r_keep, -ETIMEDOUT);
+  /* The loop still watches fds. */
+  g.r_keep = 1;
+  assert_int_equal(write(q[1], "x", 1), 1);
+  launch(g.io, fd_gone_keeper, &g);
+  run_all(g.io);
+  assert_int_equal(g.r_keep, 0);
+  close(p[1]);
+  close(q[0]);
+  close(q[1]);
+  assert_int_equal(iof_io_context_destroy(g.io), 0);
+}
+
 /* A loop's epoll fd and wake-up eventfd are the runtime's: adopting one
  * is -EBADF (as if not open), never a socket that makes libev assert
  * once it is watched or closed; nor may a wait watch them. The loop
@@ -1476,6 +1550,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(stream_and_reader_bad_arguments, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(foreign_fd_closed_before_the_poll, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(runtime_fds_are_not_adopted, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(pipe_free_refused_keeps_the_end, reset,

@@ -186,8 +186,10 @@ IOF_API ssize_t iof_recvfrom(iof_socket *s, void *buf, size_t len,
 
 /* Waits until a foreign fd (not owned by a socket) is readable or
  * writable, at most timeout_ns (< 0: no limit). 0 when ready; -ETIMEDOUT,
- * -ECANCELED, -EBADF (not open, or one of the runtime's own descriptors),
- * -ENOMEM (see iof_read_some), -EPERM outside a launched fiber. */
+ * -ECANCELED, -EBADF (not open, one of the runtime's own descriptors, or
+ * closed by another fiber before the loop watched it), -ENOMEM (see
+ * iof_read_some), -EPERM outside a launched fiber. An fd closed once
+ * watched is no longer watched by the kernel: only the timeout ends it. */
 IOF_API int iof_wait_readable(iof_io_context *io, int fd, int64_t timeout_ns);
 IOF_API int iof_wait_writable(iof_io_context *io, int fd, int64_t timeout_ns);
 
