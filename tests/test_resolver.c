@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -569,10 +570,95 @@ static void a_burst_of_lookups_leaves_one_worker_behind(void **state) {
   assert_int_equal(os_threads(), base); /* the rest joined */
 }
 
+/* No worker thread can start (the address space is capped just above
+ * what the process maps): the resolve fails with -EAGAIN, as documented,
+ * without waiting, and works again once threads can start. Sanitizers and
+ * valgrind need the address space: skipped there. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RESOLVER_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RESOLVER_SANITIZED 1
+#endif
+#endif
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+#ifndef RESOLVER_SANITIZED
+static long vm_size_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %ld", &v) == 1) break;
+  if (f) fclose(f);
+  return v;
+}
+
+typedef struct capped {
+  iof_io_context *io;
+  int capped_rc, connect_rc, after_rc;
+} capped;
+
+static int capped_fn(void *arg) {
+  capped *c = arg;
+  /* Room for small allocations, not for a thread's stack (half of the
+   * default, at most 1 MiB). */
+  pthread_attr_t attr;
+  size_t stack = 0;
+  if (pthread_getattr_default_np(&attr) == 0) {
+    pthread_attr_getstacksize(&attr, &stack);
+    pthread_attr_destroy(&attr);
+  }
+  size_t spare = stack / 2 < ((size_t)1 << 20) ? stack / 2 : (size_t)1 << 20;
+  long vm = vm_size_kib();
+  struct rlimit old, low;
+  c->capped_rc = c->connect_rc = 1; /* not run */
+  if (vm < 0 || spare < 65536 || getrlimit(RLIMIT_AS, &old) != 0) return -1;
+  low = old;
+  low.rlim_cur = (rlim_t)vm * 1024 + spare;
+  if (setrlimit(RLIMIT_AS, &low) != 0) return -1;
+  struct addrinfo *res = NULL;
+  c->capped_rc = iof_resolve(c->io, "localhost", "80", NULL, &res);
+  iof_socket *s = NULL;
+  c->connect_rc = iof_tcp_connect(c->io, "localhost", "1", &s);
+  setrlimit(RLIMIT_AS, &old);
+  c->after_rc = iof_resolve(c->io, "localhost", "80", NULL, &res);
+  if (c->after_rc == 0) freeaddrinfo(res);
+  return 0;
+}
+
+#endif
+
+static void resolve_without_a_worker_is_eagain(void **state) {
+  (void)state;
+#ifdef RESOLVER_SANITIZED
+  skip();
+#else
+  if (RUNNING_ON_VALGRIND) skip();
+  capped c = {0};
+  c.io = iof_io_context_create();
+  assert_non_null(c.io);
+  launch(c.io, capped_fn, &c);
+  run_all(c.io);
+  assert_int_equal(c.capped_rc, -EAGAIN);
+  assert_int_equal(c.connect_rc, -EAGAIN);
+  assert_int_equal(c.after_rc, 0);
+  assert_int_equal(iof_io_context_destroy(c.io), 0);
+#endif
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, arm_watchdog, disarm_watchdog)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      /* First: glibc reuses the stacks of threads that ended, without
+       * mapping, and the cap must stop the worker's stack. */
+      T(resolve_without_a_worker_is_eagain),
       T(resolve_localhost_gives_the_loopback_address),
       T(the_fiber_is_suspended_while_getaddrinfo_runs),
       T(resolver_failures_map_to_negative_errno),

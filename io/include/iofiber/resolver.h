@@ -21,8 +21,9 @@ struct addrinfo;
  * service outside 0-65535, which getaddrinfo would truncate); getaddrinfo's
  * failures as the IOF_EAI_* codes of <iofiber/error.h> (IOF_EAI_NONAME:
  * no such host, IOF_EAI_AGAIN: temporary failure, IOF_EAI_NODATA...),
- * except EAI_MEMORY (-ENOMEM) and EAI_SYSTEM (the -errno). iof_strerror
- * describes them. */
+ * except EAI_MEMORY (-ENOMEM) and EAI_SYSTEM (the -errno); -EAGAIN when
+ * no worker thread runs and none could be started (nothing waited).
+ * iof_strerror describes them. */
 IOF_API int iof_resolve(iof_io_context *io, const char *host,
                         const char *service, const struct addrinfo *hints,
                         struct addrinfo **res);

@@ -57,8 +57,8 @@ IOF_API int iof_accept(iof_socket *listener, iof_socket **out,
 
 /* Connects, resolving host:port on the resolver thread and trying each
  * address. 0 and *out; -ECONNREFUSED, -ETIMEDOUT, -ECANCELED, IOF_EAI_*
- * (resolution failed, as iof_resolve), -EINVAL (numeric port outside
- * 0-65535)... */
+ * and -EAGAIN (resolution failed, as iof_resolve), -EINVAL (numeric port
+ * outside 0-65535)... */
 IOF_API int iof_tcp_connect(iof_io_context *io, const char *host,
                             const char *port, iof_socket **out);
 IOF_API int iof_tcp_connect_addr(iof_io_context *io, const struct sockaddr *sa,
