@@ -185,7 +185,9 @@ __attribute__((constructor)) static void name_strand(void) {
 }
 
 iof_strand *iof_strand_create(iof_executor_ref inner) {
-  if (!inner.vt) {
+  /* The strand hands its fibers to inner's post: a user vtable without it
+   * (or without dispatch, which launches need too) could never run them. */
+  if (!inner.vt || !inner.vt->post || !inner.vt->dispatch) {
     errno = EINVAL;
     return NULL;
   }

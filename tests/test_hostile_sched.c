@@ -168,6 +168,10 @@ static void user_executor_without_slots(void **state) {
   iof_executor_on_work_started(ex);
   iof_executor_on_work_finished(ex);
   assert_int_equal(iof_launch(ex, ret0, NULL), -EINVAL);
+  /* Nor a strand over it: its launches called the NULL post (segfault). */
+  errno = 0;
+  assert_null(iof_strand_create(ex));
+  assert_int_equal(errno, EINVAL);
   assert_int_equal(iof_fiber_destroy(f), 0);
   iof_work_guard g;
   assert_int_equal(iof_work_guard_init(&g, ex), 0);

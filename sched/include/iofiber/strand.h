@@ -13,10 +13,10 @@ extern "C" {
 typedef struct iof_strand iof_strand;
 
 /* A strand over `inner` (which must outlive it). NULL with errno EINVAL
- * (empty inner) or ENOMEM. Over another strand, its fibers go on to that
- * one, which keeps them apart and in order, and hold only that one while
- * they run (a fiber holds one strand at a time): running_in_this_thread
- * is then true of the inner strand only. */
+ * (empty inner, or a vtable without post or dispatch) or ENOMEM. Over another
+ * strand, its fibers go on to that one, which keeps them apart and in order,
+ * and hold only that one while they run (a fiber holds one strand at a time):
+ * running_in_this_thread is then true of the inner strand only. */
 IOF_API iof_strand *iof_strand_create(iof_executor_ref inner);
 
 /* Frees the strand. -EBUSY (nothing freed) while a fiber holds it or waits
