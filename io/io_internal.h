@@ -223,8 +223,6 @@ iof__io_wait_home(iof_thread_state *th, iof_fiber *self, iof_io_op *op,
   iof_io_context *io = op->io;
   if (atomic_load_explicit(&io->ctx.state, memory_order_acquire))
     return -ECANCELED; /* shutting down */
-  if (__builtin_expect(iof__debug_walking, 0))
-    return -EDEADLK; /* an iof_fiber_walk callback: as iof__wait_block */
   iof__wait *w = &op->w;
   /* Only what a claim and the wake read: the claim writes the result. */
   w->fiber = self;

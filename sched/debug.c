@@ -213,6 +213,12 @@ int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg) {
     sh->walk = c;
   }
   iof__debug_walking = true;
+  /* A run mark no context matches, on top while the callback runs: the
+   * io and yield fast paths, which test the top mark, are not taken, and
+   * the slow paths refuse to wait (iof__await_as). */
+  static const iof_execution_context walk_ctx;
+  iof_run_mark mark;
+  iof__run_mark_push(&mark, &walk_ctx);
   int n = 0;
   for (iof_chain *c; (c = next_oldest()) != NULL;) {
     iof_fiber_info info = {0};
@@ -220,6 +226,7 @@ int iof_fiber_walk(iof_fiber_walk_fn fn, void *arg) {
     n++;
     if (fn(&info, arg)) break;
   }
+  iof__run_mark_pop(&mark);
   iof__debug_walking = false;
   for (iof__debug_shard *sh = iof__debug_shards; sh; sh = sh->next)
     iof__spin_unlock(&sh->lock);

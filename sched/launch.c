@@ -279,7 +279,8 @@ int iof_yield(void) {
   iof_thread_state *th = iof__thread_fast();
   iof_fiber *self = th->current;
   if (self == &th->root || !self->env) return -EPERM;
-  if (iof__debug_walking) return -EDEADLK; /* as iof__await_as */
+  /* In an iof_fiber_walk callback the walk's own run mark is on top: the
+   * fast path below is not taken, and the check is off it. */
   const iof_run_mark *m = th->marks;
   if (m) {
     /* The context this thread runs may requeue the fiber itself, if the
@@ -298,6 +299,7 @@ int iof_yield(void) {
       return k->yield(ctx, th, self, next);
     }
   }
+  if (iof__debug_walking) return -EDEADLK; /* as iof__await_as */
   return yield_posted(self);
 }
 

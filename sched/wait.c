@@ -333,6 +333,11 @@ void iof__thread_spin_woke(int64_t missed) {
 
 static int block_thread(void *op, iof__wait_begin begin, iof__wait *w,
                         int64_t deadline_ns) {
+  /* In an iof_fiber_walk callback the registry's locks are held: what the
+   * wait waits for may need them (a fiber that ends). Refused before
+   * begin, as a passed deadline is; a fiber's wait is refused by
+   * iof__await_as. */
+  if (iof__debug_walking) return -EDEADLK;
   if (deadline_ns >= 0 && iof__now_ns() >= deadline_ns) return -ETIMEDOUT;
   iof__parker p;
   pthread_mutex_init(&p.m, NULL);
@@ -378,11 +383,6 @@ static inline void wait_init(iof__wait *w) {
 int iof__wait_block(void *op, iof__wait_begin begin, iof__wait *w,
                     int64_t deadline_ns, int flags) {
   wait_init(w);
-  /* In an iof_fiber_walk callback the registry's locks are held: what the
-   * wait waits for may need them (a fiber that ends), and a fiber of this
-   * thread that ran meanwhile would spin on them. Refused before begin,
-   * as a passed deadline is. */
-  if (iof__debug_walking) return -EDEADLK;
   iof_fiber *self = iof__sync_fiber();
   if (self)
     return block_fiber(self, (iof_executor_ref){0}, op, begin, w, deadline_ns,
@@ -394,6 +394,5 @@ int iof__wait_block_on(iof_fiber *self, iof_executor_ref where, void *op,
                        iof__wait_begin begin, iof__wait *w, int64_t deadline_ns,
                        int flags) {
   wait_init(w);
-  if (iof__debug_walking) return -EDEADLK; /* as iof__wait_block */
   return block_fiber(self, where, op, begin, w, deadline_ns, flags);
 }
