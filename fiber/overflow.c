@@ -3,6 +3,7 @@
  * The handler runs on an alternate signal stack (the faulting stack is the
  * one that overflowed). Other faults go to whatever handler was there. */
 #include "fiber/fiber_internal.h"
+#include "fiber/stack_map.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -44,6 +45,13 @@ static int is_overflow(const iof_fiber *f, uintptr_t addr, uintptr_t sp) {
   uintptr_t lo = (uintptr_t)f->base;
   uintptr_t page = iof__page_size();
   if (addr < lo && addr >= lo - page) return 1;
+  /* A dense stack (IOF_STACK_GUARD_CHUNK) has no guard page of its own: a
+   * deep overflow runs through the stacks carved below it down to its
+   * chunk's guard, up to a chunk (2 MiB) away. The stack pointer below
+   * the stack and the fault in the dense reservation say it is one. */
+  if (f->soft_lo && sp < lo && addr < lo &&
+      iof__stack_is_dense((const void *)addr))
+    return 1;
   return sp < lo + 256 && addr < lo + 256 && addr + (1u << 20) >= lo;
 }
 

@@ -117,6 +117,8 @@ enum scenario {
   SC_BIG_FRAME,      /* "big": an 80,000-byte frame, default 64 KiB stack */
   SC_DEFAULT_ALLOC,  /* "deep", 16 KiB from the default allocator */
   SC_POOL,           /* "deep", a pool of 16 KiB stacks */
+  SC_DENSE,          /* "deep", a pool of dense 16 KiB stacks (one guard
+                        page per 2 MiB chunk) */
   SC_MMAP,           /* "deep", the mmap allocator, 64 KiB */
   SC_THREAD,         /* "deep" on a second thread */
   SC_LONG_NAME,      /* a 40-byte name, reported as its first 31 bytes */
@@ -198,6 +200,14 @@ static void child(enum scenario sc) {
     break;
   case SC_POOL: {
     iof_stack_pool_options o = {.stack_size = SMALL};
+    iof_stack_pool *p = iof_stack_pool_create(&o);
+    if (!p) _exit(93);
+    run(make(iof_stack_pool_allocator(p), SMALL, deep_fiber, "deep"));
+    break;
+  }
+  case SC_DENSE: {
+    iof_stack_pool_options o = {.stack_size = SMALL,
+                                .guard = IOF_STACK_GUARD_CHUNK};
     iof_stack_pool *p = iof_stack_pool_create(&o);
     if (!p) _exit(93);
     run(make(iof_stack_pool_allocator(p), SMALL, deep_fiber, "deep"));
@@ -382,6 +392,14 @@ static void test_overflow_pool(void **state) {
   expect_overflow(SC_POOL, "deep");
 }
 
+/* A dense stack has no guard page of its own: the recursion runs through
+ * the stacks carved below it to its chunk's guard page, far below its own
+ * bottom. That fault went unreported (a plain SIGSEGV). */
+static void test_overflow_dense(void **state) {
+  (void)state;
+  expect_overflow(SC_DENSE, "deep");
+}
+
 static void test_overflow_mmap(void **state) {
   (void)state;
   expect_overflow(SC_MMAP, "deep");
@@ -478,6 +496,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_overflow_default_allocator),
       cmocka_unit_test(test_overflow_pool),
+      cmocka_unit_test(test_overflow_dense),
       cmocka_unit_test(test_overflow_mmap),
       cmocka_unit_test(test_overflow_thread),
       cmocka_unit_test(test_overflow_large_frame),

@@ -79,7 +79,8 @@ enum iof_stack_guard {
    * guard page per chunk; the other stacks are checked in software at
    * every switch out of their fiber (stack pointer and a 64-byte zone at
    * the stack's bottom that must stay zero): an overflow is reported at
-   * the fiber's next switch instead of at the faulting access. */
+   * the fiber's next switch instead of at the faulting access, or when it
+   * reaches its chunk's guard page, whichever comes first. */
   IOF_STACK_GUARD_CHUNK = 2
 };
 
