@@ -191,6 +191,7 @@ static void attached_run(iof_io_context *io) {
   cancel_waits_on_shutdown(io);
   run_batch(io, -1);
   iof__run_mark_pop(&mark);
+  if (io->fd_fresh) iof__fd_check_now(io); /* see iof__fd_check_now */
   if (io->local.head) {
     if (!ev_is_active(&io->idle)) ev_idle_start(io->loop, &io->idle);
   } else if (ev_is_active(&io->idle)) {

@@ -63,8 +63,11 @@ struct iof_io_context {
   ev_prepare fd_check;
 };
 
-/* fd_check's callback (socket.c). */
+/* fd_check's callback (socket.c), and the check itself, which a host's
+ * loop needs at the end of each batch: its batches run in a prepare
+ * watcher, after libev chose the prepare watchers of that round. */
 IOF_HIDDEN void iof__fd_check(struct ev_loop *loop, ev_prepare *w, int revents);
+IOF_HIDDEN void iof__fd_check_now(iof_io_context *io);
 
 /* The io_context behind an execution context, or NULL. */
 IOF_HIDDEN iof_io_context *iof__io_of(iof_execution_context *ctx);

@@ -725,13 +725,11 @@ static void fresh_unlink(iof_io_context *io, fresh_fd *n) {
   if (!io->fd_fresh) ev_prepare_stop(io->loop, &io->fd_check);
 }
 
-void iof__fd_check(struct ev_loop *loop, ev_prepare *w, int revents) {
-  (void)revents;
-  iof_io_context *io =
-      (iof_io_context *)((char *)w - offsetof(iof_io_context, fd_check));
+void iof__fd_check_now(iof_io_context *io) {
+  struct ev_loop *loop = io->loop;
   fresh_fd *n = io->fd_fresh;
   io->fd_fresh = NULL;
-  ev_prepare_stop(loop, w);
+  ev_prepare_stop(loop, &io->fd_check);
   for (fresh_fd *next; n; n = next) {
     next = n->next;
     n->listed = false;
@@ -741,6 +739,13 @@ void iof__fd_check(struct ev_loop *loop, ev_prepare *w, int revents) {
       iof__io_complete(&f->op, -EBADF);
     }
   }
+}
+
+void iof__fd_check(struct ev_loop *loop, ev_prepare *w, int revents) {
+  (void)loop;
+  (void)revents;
+  iof__fd_check_now(
+      (iof_io_context *)((char *)w - offsetof(iof_io_context, fd_check)));
 }
 
 static void on_fd(struct ev_loop *loop, ev_io *ew, int revents) {

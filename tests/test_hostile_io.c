@@ -11,6 +11,7 @@
 #include <iofiber/iofiber.h>
 
 #include <errno.h>
+#include <ev.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <arpa/inet.h>
@@ -1230,6 +1231,30 @@ static void foreign_fd_closed_before_the_poll(void **state) {
   close(q[0]);
   close(q[1]);
   assert_int_equal(iof_io_context_destroy(g.io), 0);
+
+  /* On a host's loop, whose batches run inside a prepare watcher. */
+  struct ev_loop *host = ev_loop_new(0);
+  assert_non_null(host);
+  g.io = iof_io_context_attach(host);
+  assert_non_null(g.io);
+  assert_int_equal(pipe(p), 0);
+  assert_int_equal(pipe(q), 0);
+  g.rd = p[0];
+  g.keep = q[0];
+  g.r_read = g.r_keep = 1;
+  launch(g.io, fd_gone_reader, &g);
+  launch(g.io, fd_gone_keeper, &g);
+  g.wr = dup(p[1]); /* closed by the closer too */
+  assert_true(g.wr >= 0);
+  launch(g.io, fd_gone_closer, &g);
+  ev_run(host, 0);
+  assert_int_equal(g.r_read, -EBADF);
+  assert_int_equal(g.r_keep, -ETIMEDOUT);
+  close(p[1]);
+  close(q[0]);
+  close(q[1]);
+  assert_int_equal(iof_io_context_destroy(g.io), 0);
+  ev_loop_destroy(host);
 }
 
 /* A loop's epoll fd and wake-up eventfd are the runtime's: adopting one
