@@ -12,8 +12,10 @@
 
 #include "io/io_internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
+#include <string.h>
 
 static pthread_mutex_t owners_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -21,6 +23,31 @@ static struct {
   int waiters;
   struct sigaction saved; /* before the first waiter (waiters > 0) */
 } owners[NSIG];
+
+/* libev's signal handler, as seen once one of our loops installed it. */
+static void (*libev_handler)(int);
+
+/* Whether a libev loop that is none of ours watches signo now: libev
+ * installs its handler while a loop watches a signal, and a second loop
+ * starting on it makes libev assert (abort). Known when the handler is
+ * the one seen before, or lies in a shared libev (a handler of the
+ * program's cannot). A loop using signalfd installs none: not seen. */
+static bool foreign_loop_holds(int signo) {
+  struct sigaction now;
+  if (sigaction(signo, NULL, &now) != 0 || (now.sa_flags & SA_SIGINFO))
+    return false;
+  void (*h)(int) = now.sa_handler;
+  if (h == SIG_DFL || h == SIG_IGN) return false;
+  if (h == libev_handler) return true;
+  Dl_info in_h, in_ev;
+  if (!dladdr((void *)(uintptr_t)h, &in_h) ||
+      !dladdr((void *)(uintptr_t)ev_signal_start, &in_ev) ||
+      in_h.dli_fbase != in_ev.dli_fbase || !in_ev.dli_fname)
+    return false;
+  const char *base = strrchr(in_ev.dli_fname, '/');
+  base = base ? base + 1 : in_ev.dli_fname;
+  return strncmp(base, "libev.", 6) == 0;
+}
 
 typedef struct sig_wait {
   iof_io_op op;
@@ -39,18 +66,26 @@ static int arm(iof_io_op *op) {
   sig_wait *sw = (sig_wait *)op;
   iof_io_context *io = op->io;
   pthread_mutex_lock(&owners_lock);
-  if (owners[sw->signo].io && owners[sw->signo].io != io) {
+  if ((owners[sw->signo].io && owners[sw->signo].io != io) ||
+      /* A host's loop may watch it itself: libev allows that one. */
+      (!owners[sw->signo].io && io->own_loop &&
+       foreign_loop_holds(sw->signo))) {
     pthread_mutex_unlock(&owners_lock);
     return -EBUSY;
   }
-  if (owners[sw->signo].waiters++ == 0)
-    sigaction(sw->signo, NULL, &owners[sw->signo].saved);
+  bool first = owners[sw->signo].waiters++ == 0;
+  if (first) sigaction(sw->signo, NULL, &owners[sw->signo].saved);
   owners[sw->signo].io = io;
   ev_signal_init(&sw->sig, on_signal, sw->signo);
   sw->sig.data = sw;
   iof__rt_fd_enter(); /* libev may make its signalfd here */
   ev_signal_start(io->loop, &sw->sig);
   iof__rt_fd_leave();
+  struct sigaction now;
+  if (first && io->own_loop && sigaction(sw->signo, NULL, &now) == 0 &&
+      !(now.sa_flags & SA_SIGINFO) && now.sa_handler != SIG_DFL &&
+      now.sa_handler != SIG_IGN)
+    libev_handler = now.sa_handler;
   pthread_mutex_unlock(&owners_lock);
   return 0;
 }

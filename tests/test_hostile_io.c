@@ -1257,6 +1257,63 @@ static void foreign_fd_closed_before_the_poll(void **state) {
   ev_loop_destroy(host);
 }
 
+/* A signal that a libev loop of the program's own watches (not one of
+ * the runtime's): the wait is refused with -EBUSY. libev lets one loop
+ * watch a signal and asserted (abort) when the io_context's loop started
+ * on it too. Once the program's loop lets go, the wait works. */
+typedef struct sig_held {
+  iof_io_context *io;
+  int rc, rc_after;
+} sig_held;
+
+static int sig_held_waiter(void *arg) {
+  sig_held *h = arg;
+  h->rc = iof_signal_wait(h->io, SIGUSR2);
+  return 0;
+}
+
+static int sig_held_after(void *arg) {
+  sig_held *h = arg;
+  h->rc_after = iof_signal_wait(h->io, SIGUSR2);
+  return 0;
+}
+
+static int sig_held_raiser(void *arg) {
+  (void)arg;
+  iof_sleep_for(20 * MS);
+  kill(getpid(), SIGUSR2);
+  return 0;
+}
+
+static void on_host_signal(struct ev_loop *loop, ev_signal *w, int revents) {
+  (void)loop;
+  (void)w;
+  (void)revents;
+}
+
+static void signal_held_by_a_foreign_loop_is_ebusy(void **state) {
+  (void)state;
+  sig_held h = {0};
+  h.io = iof_io_context_create();
+  assert_non_null(h.io);
+  struct ev_loop *own = ev_loop_new(0);
+  assert_non_null(own);
+  ev_signal hs;
+  ev_signal_init(&hs, on_host_signal, SIGUSR2);
+  ev_signal_start(own, &hs);
+  h.rc = 1;
+  launch(h.io, sig_held_waiter, &h);
+  run_all(h.io);
+  assert_int_equal(h.rc, -EBUSY);
+  ev_signal_stop(own, &hs);
+  ev_loop_destroy(own);
+  launch(h.io, sig_held_after, &h);
+  launch(h.io, sig_held_raiser, &h);
+  run_all(h.io);
+  assert_int_equal(h.rc_after, SIGUSR2);
+  assert_int_equal(iof_io_context_destroy(h.io), 0);
+}
+
 /* A loop's epoll fd and wake-up eventfd are the runtime's: adopting one
  * is -EBADF (as if not open), never a socket that makes libev assert
  * once it is watched or closed; nor may a wait watch them. The loop
@@ -1577,6 +1634,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(wrong_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(foreign_fd_closed_before_the_poll, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(signal_held_by_a_foreign_loop_is_ebusy,
+                                      reset, disarm),
       cmocka_unit_test_setup_teardown(runtime_fds_are_not_adopted, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(pipe_free_refused_keeps_the_end, reset,

@@ -15,8 +15,10 @@ extern "C" {
  * io_context at a time. -EINVAL (bad signo, SIGKILL/SIGSTOP, the fault
  * signals SIGSEGV/SIGBUS/SIGILL/SIGFPE, which must keep crashing, and the
  * C library's own signals between 31 and SIGRTMIN), -EBUSY
- * (another io_context watches it), -ECANCELED, -EPERM outside a launched
- * fiber, -ENOMEM (as iof_read_some: libev could not grow). */
+ * (another io_context watches it, or a libev loop of the program's own
+ * does, other than the host loop of an attached io), -ECANCELED, -EPERM
+ * outside a launched fiber, -ENOMEM (as iof_read_some: libev could not
+ * grow). */
 IOF_API int iof_signal_wait(iof_io_context *io, int signo);
 
 #ifdef __cplusplus
