@@ -186,6 +186,12 @@ static bool idle_now(iof_io_context *io) {
 /* ---- attached mode: the host's ev_run drives batches ------------------ */
 
 static void attached_run(iof_io_context *io) {
+  /* Running for the batch, as in a run: a fiber's run, poll or destroy of
+   * its own context from inside gets -EBUSY (a run there nested a loop
+   * on the fiber's stack that waited for the fiber's own chain: a hang),
+   * and so does another thread's run meanwhile. */
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&io->running, &expect, 1)) return;
   iof_run_mark mark;
   iof__run_mark_push(&mark, &io->ctx);
   cancel_waits_on_shutdown(io);
@@ -206,6 +212,7 @@ static void attached_run(iof_io_context *io) {
     ev_unref(io->loop);
     io->wake.data = NULL;
   }
+  atomic_store(&io->running, 0);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_async *w, int revents) {

@@ -152,10 +152,30 @@ static int nested_run(void *arg) {
   return 0;
 }
 
+static int nested_run_then_sleep(void *arg) {
+  ctx *c = arg;
+  (void)nested_run(arg);
+  CHECK_EQ(iof_sleep_for(MS), 0); /* the host's loop still runs it */
+  c->step++;
+  return 0;
+}
+
 static void io_context_reentry_is_ebusy(void **state) {
   (void)state;
   ctx c = {0};
   in_fiber(nested_run, &c);
+  /* On a host's loop (attach), whose batches run in its callbacks: the
+   * nested run waited for the caller's own chain (a hang). */
+  struct ev_loop *host = ev_loop_new(0);
+  assert_non_null(host);
+  c.io = iof_io_context_attach(host);
+  assert_non_null(c.io);
+  launch(c.io, nested_run_then_sleep, &c);
+  ev_run(host, 0);
+  assert_int_equal(c.step, 1);
+  assert_int_equal(iof_io_context_destroy(c.io), 0);
+  ev_loop_destroy(host);
+  assert_int_equal(atomic_load(&failures), 0);
 }
 
 /* The same calls from inside destroy's drain: from a fiber cancelled by

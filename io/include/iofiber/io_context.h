@@ -21,9 +21,10 @@ IOF_API iof_io_context *iof_io_context_create(void);
 
 /* A context driven by a host program's existing loop: the host keeps
  * calling ev_run on it (from one thread); ready fibers run from loop
- * watchers. The loop must outlive the context. NULL with errno EINVAL,
- * ENOMEM, or EMFILE/ENFILE (the loop has no wake-up pipe yet and no
- * descriptor is free for one). */
+ * watchers, as in a run: run, poll and destroy from one of them (or from
+ * another thread meanwhile) give -EBUSY. The loop must outlive the context.
+ * NULL with errno EINVAL, ENOMEM, or EMFILE/ENFILE (the loop has no wake-up
+ * pipe yet and no descriptor is free for one). */
 IOF_API iof_io_context *iof_io_context_attach(struct ev_loop *loop);
 
 /* Shuts down (pending operations complete with -ECANCELED), runs the
