@@ -908,7 +908,9 @@ int iof_compat_pthread_getname_np(pthread_t thread, char *buf, size_t len) {
                   : !t->started && t->ret ? (const char *)t->ret
                                           : "";
   size_t l = n ? strlen(n) : 0;
-  int r = !n ? ESRCH : l < len ? 0 : ERANGE;
+  /* glibc refuses a buffer shorter than a kernel thread name (16), even
+   * for a short name: the same answer whatever the name is now. */
+  int r = !n ? ESRCH : len >= 16 && l < len ? 0 : ERANGE;
   if (!r) memcpy(buf, n, l + 1);
   iof__lk_unlock(&t->lk);
   return r;
