@@ -89,17 +89,12 @@ static void fiber_set_name_null_and_long(void **state) {
   assert_int_equal(strlen(iof_fiber_name(f)), 31);
   /* A name without a terminator, ending where the memory does: only the
    * 31 bytes kept are read (strlen ran into the unmapped page). */
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  char *two = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  assert_true(two != MAP_FAILED);
-  assert_int_equal(mprotect(two + page, page, PROT_NONE), 0);
-  char *raw = two + page - 40;
-  memset(raw, 'n', 40);
+  char *raw = iof_test_unterminated(40, 'n');
+  assert_non_null(raw);
   assert_int_equal(iof_fiber_set_name(f, raw), 0);
   assert_int_equal(strlen(iof_fiber_name(f)), 31);
   assert_int_equal(memcmp(iof_fiber_name(f), raw, 31), 0);
-  assert_int_equal(munmap(two, 2 * page), 0);
+  iof_test_unterminated_free(raw, 40);
   assert_int_equal(iof_fiber_destroy(f), 0);
 }
 

@@ -540,17 +540,12 @@ static void socket_calls_outside_fibers(void **state) {
   /* A path without a terminator, ending where the memory does: refused as
    * too long after sizeof sun_path bytes (strlen ran into the unmapped
    * page). */
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  char *two = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  assert_true(two != MAP_FAILED);
-  assert_int_equal(mprotect(two + page, page, PROT_NONE), 0);
-  char *raw = two + page - 200;
-  memset(raw, 'p', 200);
+  char *raw = iof_test_unterminated(200, 'p');
+  assert_non_null(raw);
   raw[0] = '/';
   assert_int_equal(iof_unix_listen(io, raw, 0, &s), -ENAMETOOLONG);
   assert_int_equal(iof_unix_connect(io, raw, &s), -ENAMETOOLONG);
-  assert_int_equal(munmap(two, 2 * page), 0);
+  iof_test_unterminated_free(raw, 200);
   assert_int_equal(iof_unix_connect(io, NULL, &s), -EINVAL);
   assert_int_equal(iof_wait_readable(NULL, 0, 0), -EINVAL);
   assert_int_equal(iof_wait_writable(NULL, 0, 0), -EINVAL);

@@ -1032,12 +1032,6 @@ static void *run_io(void *arg) {
   return NULL;
 }
 
-/* Open descriptors of this process. */
-static int open_fds(void) {
-  int n = 0;
-  for (int fd = 0; fd < 1024; fd++) n += fcntl(fd, F_GETFD) >= 0;
-  return n;
-}
 #endif
 
 /* Each allocation of iof_stream_pipe fails in turn (both ends, both
@@ -1059,23 +1053,23 @@ stream_pipe_failing_from_a_plain_thread_leaks_nothing(void **state) {
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, run_io, io), 0);
   usleep(20 * 1000); /* io runs */
-  int before = open_fds();
+  int before = iof_test_open_fds();
   for (int k = 1; k <= 4; k++) {
     iof_stream *a = NULL, *b = NULL;
     fail_in = k;
     int r = iof_stream_pipe(io, &a, &b);
     fail_in = 0;
     assert_int_equal(r, -ENOMEM);
-    assert_int_equal(open_fds(), before);
+    assert_int_equal(iof_test_open_fds(), before);
   }
   iof_stream *a, *b;
   assert_int_equal(iof_stream_pipe(io, &a, &b), 0); /* and it still works */
-  assert_int_equal(open_fds(), before + 2);
+  assert_int_equal(iof_test_open_fds(), before + 2);
   iof_work_guard_reset(&g);
   assert_int_equal(pthread_join(t, NULL), 0);
   assert_int_equal(iof_stream_pipe_free(a), 0);
   assert_int_equal(iof_stream_pipe_free(b), 0);
-  assert_int_equal(open_fds(), before);
+  assert_int_equal(iof_test_open_fds(), before);
   assert_int_equal(iof_io_context_destroy(io), 0);
 #endif
 }

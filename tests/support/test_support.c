@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,25 @@ size_t iof_test_rss_bytes(void) {
     fclose(f);
   }
   return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+char *iof_test_unterminated(size_t n, char fill) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (n > page) return NULL;
+  char *two = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (two == MAP_FAILED) return NULL;
+  if (mprotect(two + page, page, PROT_NONE) != 0) {
+    munmap(two, 2 * page);
+    return NULL;
+  }
+  memset(two + page - n, fill, n);
+  return two + page - n;
+}
+
+void iof_test_unterminated_free(char *p, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (p) munmap(p + n - page, 2 * page);
 }
 
 int iof_test_open_fds(void) {

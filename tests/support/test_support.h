@@ -20,6 +20,13 @@ uint64_t iof_test_now_ns(void);
 /* Resident set size of this process in bytes (from /proc/self/statm). */
 size_t iof_test_rss_bytes(void);
 
+/* n bytes of `fill` with no terminator, ending where readable memory
+ * does (the next page is PROT_NONE): a string a callee must not read to
+ * its end. NULL if the pages cannot be had; free with
+ * iof_test_unterminated_free(p, n). */
+char *iof_test_unterminated(size_t n, char fill);
+void iof_test_unterminated_free(char *p, size_t n);
+
 /* Open descriptors of this process (of the first 4096 numbers). */
 int iof_test_open_fds(void);
 
