@@ -9,9 +9,12 @@
  * threads may keep a thread-local's address for as long as it likes.
  *
  * Whose blocks ($IOF_THREAD_LOCALS):
- * - default: the executable's, and the C++ runtime's (the exception being
- *   handled: a fiber that waits inside a catch block while another throws
- *   would see its exception freed);
+ * - default: the executable's, the libraries it names itself (DT_NEEDED:
+ *   a program built as an executable over its own libraries keeps its
+ *   per-thread state there, as named does in libisc and ruby in libruby),
+ *   and the C++ runtime's (the exception being handled: a fiber that
+ *   waits inside a catch block while another throws would see its
+ *   exception freed). What those libraries pull in stays per OS thread;
  * - "all": every library's too, except the ones that are per OS thread
  *   by design: libc (errno is saved anyway; malloc's caches), the malloc
  *   in use, sanitizers, the runtime itself;
@@ -96,15 +99,52 @@ static bool named(const char *path, const char *const *names) {
 
 static const char *const cxx_runtime[] = {"libstdc++.so", "libc++abi.so", NULL};
 static const char *const per_os_thread[] = {
-    "libc.so",     "ld-linux",    "ld64.so",      "libiofiber", "libasan",
-    "libtsan",     "liblsan",     "libubsan",     "libhwasan",  "libjemalloc",
-    "libtcmalloc", "libmimalloc", "libvgpreload", "vgpreload",  NULL};
+    "libc.so",     "libpthread.so", "ld-linux",    "ld64.so",
+    "libiofiber",  "libasan",       "libtsan",     "liblsan",
+    "libubsan",    "libhwasan",     "libjemalloc", "libtcmalloc",
+    "libmimalloc", "libvgpreload",  "vgpreload",   NULL};
+
+#define NEEDED_MAX 64
 
 typedef struct look_ctx {
   int mode;
   bool first;
   char *tp;
+  int n_needed;
+  const char *needed[NEEDED_MAX]; /* the executable's DT_NEEDED names */
 } look_ctx;
+
+/* The names in the executable's DT_NEEDED entries (in its string table,
+ * which stays mapped). */
+static void list_needed(const struct dl_phdr_info *info, look_ctx *c) {
+  const ElfW(Dyn) *dyn = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+      dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  if (!dyn) return;
+  uintptr_t strtab = 0;
+  for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++)
+    if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
+  if (!strtab) return;
+  /* The loader relocates the entry in place where the dynamic section is
+   * writable (x86-64, AArch64), not where it is read-only (RISC-V): an
+   * unrelocated one is below the load address of a PIE. */
+  if (strtab < info->dlpi_addr) strtab += info->dlpi_addr;
+  for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++)
+    if (d->d_tag == DT_NEEDED && c->n_needed < NEEDED_MAX)
+      c->needed[c->n_needed++] = (const char *)(strtab + d->d_un.d_val);
+}
+
+/* Whether the module at path is one the executable names: the loader
+ * records the path it found the DT_NEEDED name at, so its last part is
+ * that name. */
+static bool needed_by_exe(const char *path, const look_ctx *c) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  for (int i = 0; i < c->n_needed; i++)
+    if (strcmp(base, c->needed[i]) == 0) return true;
+  return false;
+}
 
 /* In the probe thread: takes the blocks the mode keeps apart. */
 static int look(struct dl_phdr_info *info, size_t size, void *p) {
@@ -115,11 +155,18 @@ static int look(struct dl_phdr_info *info, size_t size, void *p) {
   const ElfW(Phdr) *tls = NULL;
   for (int i = 0; i < info->dlpi_phnum; i++)
     if (info->dlpi_phdr[i].p_type == PT_TLS) tls = &info->dlpi_phdr[i];
+  /* An executable with the runtime or its own malloc inside keeps its
+   * thread-locals per OS thread, and so do the libraries it names. */
+  if (exe && !defines_malloc(info) &&
+      !(tls && info->dlpi_tls_data &&
+        in(&iof__tls_state, info->dlpi_tls_data, tls->p_memsz)))
+    list_needed(info, c);
   if (!tls || !tls->p_memsz || !info->dlpi_tls_data || B.n == SEGS_MAX)
     return 0;
   const char *name = info->dlpi_name ? info->dlpi_name : "";
-  if (!exe && (c->mode == MODE_PROGRAM ? !named(name, cxx_runtime)
-                                       : named(name, per_os_thread)))
+  if (!exe && !named(name, cxx_runtime) &&
+      (named(name, per_os_thread) ||
+       (c->mode == MODE_PROGRAM && !needed_by_exe(name, c))))
     return 0;
   /* The runtime or the allocator inside: per OS thread. */
   if (in(&iof__tls_state, info->dlpi_tls_data, tls->p_memsz) ||
@@ -153,7 +200,7 @@ static void decide(void) {
   st = 0;
   if (atomic_compare_exchange_strong(&decided, &st, 1)) {
     const char *e = getenv("IOF_THREAD_LOCALS");
-    look_ctx c = {MODE_PROGRAM, true, NULL};
+    look_ctx c = {.mode = MODE_PROGRAM, .first = true};
     if (e && strcmp(e, "all") == 0) c.mode = MODE_ALL;
     if (e && strcmp(e, "shared") == 0) c.mode = MODE_SHARED;
     pthread_t t;
