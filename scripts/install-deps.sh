@@ -43,6 +43,18 @@ PACKAGES=(
   civetweb
   apache2-utils
   openssl
+  nginx
+  haproxy
+  apache2-bin
+  lighttpd
+  slapd
+  ldap-utils
+  bind9
+  bind9-dnsutils
+  mosquitto
+  mosquitto-clients
+  python3-zmq
+  ruby
 )
 if [[ "${1:-}" == "--bench" ]]; then
   PACKAGES+=(libuv1-dev libst-dev wrk gnuplot-nox)
@@ -80,6 +92,16 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
+# Servers among the packages (nginx, slapd, named...) must not start as
+# system services: the tests start their own, on free ports. Where no
+# policy says so already (a Docker image has one), one is in place for
+# the install only.
+POLICY=/usr/sbin/policy-rc.d
+if [[ ! -e "$POLICY" ]]; then
+  printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$POLICY" >/dev/null
+  "${SUDO[@]}" chmod 755 "$POLICY"
+  trap '"${SUDO[@]}" rm -f "$POLICY"' EXIT
+fi
 echo "install-deps: installing ${missing[*]}"
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \

@@ -1,0 +1,818 @@
+/* Unmodified servers and libraries of other kinds under iofiber-run, each
+ * driven by a real client (this driver runs plain):
+ * - nginx, one process, file reads on its thread pool (aio threads: the
+ *   pool's threads wait on a condition variable and report through an
+ *   eventfd in nginx's own epoll set): ab fetches a 100 KiB file 2,000
+ *   times over 50 keep-alive connections;
+ * - haproxy with nbthread 4 (a thread per epoll loop, its own per-thread
+ *   state in thread-locals), proxying to a second frontend of itself: ab,
+ *   2,000 requests over 50 connections;
+ * - apache2 -X, event MPM with 50 worker threads: ab over keep-alive
+ *   connections, then POSTs to a CGI (fork and exec from a worker);
+ * - lighttpd (single-threaded epoll loop, sendfile, CGI by fork): ab on a
+ *   file and on a CGI;
+ * - slapd (OpenLDAP, a thread pool on condition variables behind an epoll
+ *   listener, LMDB): ldapadd of 201 entries, then 10 ldapsearch at once;
+ * - named -n 4 (BIND 9, libuv loops whose per-thread state lives in
+ *   libisc's thread-locals): 4 dig batches of 200 UDP queries, TCP, AXFR;
+ * - mosquitto: 2 subscribers receive every one of 2 x 500 QoS 1 messages;
+ * - python3 with pyzmq: libzmq's io threads (eventfd mailboxes, epoll),
+ *   a ROUTER/DEALER broker thread, 4 worker threads and 20 REQ client
+ *   threads, then PUSH/PULL fan-in from 5 threads;
+ * - ruby threads: a threaded TCP upper-casing server, Queue, Mutex.
+ * Each server runs on at most MAX_THREADS OS threads and stops on
+ * SIGTERM with its plain exit status. A program that is not installed is
+ * skipped (scripts/install-deps.sh installs them). */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "driver_support.h"
+#include "test_support.h"
+
+#define AB "/usr/bin/ab"
+#define NGINX "/usr/sbin/nginx"
+#define HAPROXY "/usr/sbin/haproxy"
+#define APACHE "/usr/sbin/apache2"
+#define APACHE_MODS "/usr/lib/apache2/modules"
+#define LIGHTTPD "/usr/sbin/lighttpd"
+#define SLAPD "/usr/sbin/slapd"
+#define LDAPADD "/usr/bin/ldapadd"
+#define LDAPSEARCH "/usr/bin/ldapsearch"
+#define NAMED "/usr/sbin/named"
+#define DIG "/usr/bin/dig"
+#define MOSQUITTO "/usr/sbin/mosquitto"
+#define MOSQ_PUB "/usr/bin/mosquitto_pub"
+#define MOSQ_SUB "/usr/bin/mosquitto_sub"
+#define PYTHON "/usr/bin/python3"
+#define RUBY "/usr/bin/ruby"
+#define SH "/bin/sh"
+
+/* The io thread, and the resolver's worker or the hook's helper. */
+#define MAX_THREADS 3
+#define FILE_BYTES (100 * 1024)
+#define POST_BYTES 50000
+#define HAPROXY_BYTES 8000
+
+static char tmpdir[] = "/tmp/iof-daemons-XXXXXX";
+
+static void tmp_path(char *out, size_t cap, const char *name) {
+  snprintf(out, cap, "%s/%s", tmpdir, name);
+}
+
+static bool installed(const char *const *paths) {
+  for (; *paths; paths++)
+    if (access(*paths, X_OK)) return false;
+  return true;
+}
+
+static void write_file(const char *path, const void *data, size_t n,
+                       mode_t mode) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, data, n), (ssize_t)n);
+  close(fd);
+}
+
+/* Writes a printf-formatted text to the file `name` in tmpdir; its path in
+ * out. */
+static void write_text(char *out, size_t cap, const char *name, mode_t mode,
+                       const char *fmt, ...) {
+  tmp_path(out, cap, name);
+  char buf[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  assert_true(n > 0 && (size_t)n < sizeof buf);
+  write_file(out, buf, (size_t)n, mode);
+}
+
+/* Runs argv to its end (at most `seconds`), its stdout to `out`; its exit
+ * status, or -1. */
+static int run(const char *const *argv, const char *out, int seconds) {
+  pid_t pid = drv_spawn(argv, -1, out, NULL);
+  return pid < 0 ? -1 : drv_wait_exit(pid, seconds);
+}
+
+/* Stops the server with SIGTERM; its exit status (-1: still running after
+ * 10 s, then killed). */
+static int stop(pid_t pid) {
+  kill(pid, SIGTERM);
+  return drv_wait_exit(pid, 10);
+}
+
+/* Starts argv (under iofiber-run) and waits until it listens on port. */
+static pid_t start(const char *const *argv, int port, const char *err) {
+  pid_t pid = drv_spawn(argv, -1, NULL, err);
+  if (!drv_wait_listening(port, pid)) {
+    static char buf[65536];
+    stop(pid);
+    size_t n = drv_slurp(err, buf, sizeof buf);
+    fprintf(stderr, "%s\n", buf + (n > 2048 ? n - 2048 : 0));
+    fail_msg("not listening on %d", port);
+  }
+  return pid;
+}
+
+/* The number after `label` in a report, or -1. */
+static long figure(const char *report, const char *label) {
+  const char *p = strstr(report, label);
+  return p ? strtol(p + strlen(label), NULL, 10) : -1;
+}
+
+static size_t count(const char *text, const char *what) {
+  size_t n = 0;
+  for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+  return n;
+}
+
+/* The number of sockets pid has open. */
+static int sockets_open(pid_t pid) {
+  char dir[64], path[320], link[64];
+  snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    ssize_t l = readlink(path, link, sizeof link - 1);
+    if (l > 0 && (link[l] = '\0', strncmp(link, "socket:", 7) == 0)) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+typedef struct ab_result {
+  int status;
+  long done, failed, kept, length, non2xx;
+} ab_result;
+
+/* ab with the arguments given (NULL-terminated), then url. */
+static ab_result ab(const char *url, ...) {
+  const char *argv[24] = {AB, "-q"};
+  int n = 2;
+  va_list ap;
+  va_start(ap, url);
+  for (const char *a; (a = va_arg(ap, const char *)) && n < 21;) argv[n++] = a;
+  va_end(ap);
+  argv[n++] = url;
+  argv[n] = NULL;
+  char out[128], report[8192];
+  tmp_path(out, sizeof out, "ab.out");
+  ab_result r = {.status = run(argv, out, 30)};
+  drv_slurp(out, report, sizeof report);
+  r.done = figure(report, "Complete requests:");
+  r.failed = figure(report, "Failed requests:");
+  r.kept = figure(report, "Keep-Alive requests:");
+  r.length = figure(report, "Document Length:");
+  r.non2xx = figure(report, "Non-2xx responses:");
+  if (r.status || r.failed) print_message("ab: %s\n", report);
+  return r;
+}
+
+static unsigned char data[FILE_BYTES > POST_BYTES ? FILE_BYTES : POST_BYTES];
+
+/* A document root (tmpdir/name) with file.bin (FILE_BYTES) and
+ * cgi/count.cgi, and post.bin (POST_BYTES) to post to it. */
+static void make_site(const char *name, char *root, size_t cap) {
+  char path[256];
+  tmp_path(root, cap, name);
+  assert_int_equal(mkdir(root, 0755), 0);
+  snprintf(path, sizeof path, "%s/cgi", root);
+  assert_int_equal(mkdir(path, 0755), 0);
+  for (size_t i = 0; i < sizeof data; i++)
+    data[i] = (unsigned char)(i * 13 + i / 253);
+  snprintf(path, sizeof path, "%s/file.bin", root);
+  write_file(path, data, FILE_BYTES, 0644);
+  /* Echoes the query and counts the body it reads from stdin. */
+  static const char script[] =
+      "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n"
+      "echo \"q=$QUERY_STRING\"\nhead -c \"$CONTENT_LENGTH\" | wc -c\n";
+  snprintf(path, sizeof path, "%s/cgi/count.cgi", root);
+  write_file(path, script, sizeof script - 1, 0755);
+  tmp_path(path, sizeof path, "post.bin");
+  write_file(path, data, POST_BYTES, 0644);
+}
+
+static void check_run(ab_result r, long n, bool keep_alive, long length) {
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.done, n);
+  assert_int_equal(r.failed, 0);
+  if (keep_alive) assert_int_equal(r.kept, n);
+  assert_int_equal(r.length, length);
+}
+
+static void check_file_run(ab_result r, long n, bool keep_alive) {
+  check_run(r, n, keep_alive, FILE_BYTES);
+}
+
+static void check_cgi_run(ab_result r, long n) {
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.done, n);
+  assert_int_equal(r.failed, 0);
+  assert_int_equal(r.non2xx, -1); /* the line is absent: none */
+  /* "q=a=b\n" and the count of bytes the script read, "50000\n". */
+  assert_int_equal(r.length, 6 + 6);
+}
+
+static void check_threads(const char *who, int threads) {
+  if (threads < 1 || threads > MAX_THREADS)
+    fail_msg("%s ran on %d OS threads", who, threads);
+}
+
+/* ---- nginx ------------------------------------------------------------- */
+
+static void test_nginx(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){NGINX, AB, NULL})) skip();
+  char root[128], conf[128], err[128], url[96], run_dir[128];
+  make_site("nginx-www", root, sizeof root);
+  /* nginx hands its temporary directories to the user it serves as. */
+  tmp_path(run_dir, sizeof run_dir, "nginx-run");
+  assert_int_equal(mkdir(run_dir, 0755), 0);
+  int port = drv_free_port();
+  write_text(conf, sizeof conf, "nginx.conf", 0644,
+             "daemon off;\nmaster_process off;\nworker_processes 1;\n"
+             "error_log %s/nginx.log info;\npid %s/nginx.pid;\n"
+             "thread_pool pool threads=8;\n"
+             "events { worker_connections 1024; }\n"
+             "http {\n access_log off;\n client_body_temp_path %s;\n"
+             " proxy_temp_path %s;\n fastcgi_temp_path %s;\n"
+             " uwsgi_temp_path %s;\n scgi_temp_path %s;\n"
+             " server {\n  listen 127.0.0.1:%d;\n  root %s;\n"
+             "  sendfile off;\n  aio threads=pool;\n"
+             "  output_buffers 1 16k;\n }\n}\n",
+             run_dir, run_dir, run_dir, run_dir, run_dir, run_dir, run_dir,
+             port, root);
+  tmp_path(err, sizeof err, "nginx.err");
+  pid_t pid = start((const char *const[]){IOF_RUN_PATH, NGINX, "-p", run_dir,
+                                          "-c", conf, NULL},
+                    port, err);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/file.bin", port);
+  ab_result r = ab(url, "-k", "-n", "2000", "-c", "50", NULL);
+  int threads = drv_os_threads(pid);
+  int exit_st = stop(pid);
+  print_message("nginx under iofiber-run: %ld/2000 (%ld failed, %ld kept "
+                "alive); %d OS thread(s); exit %d on SIGTERM\n",
+                r.done, r.failed, r.kept, threads, exit_st);
+  check_file_run(r, 2000, true);
+  check_threads("nginx", threads);
+  assert_int_equal(exit_st, 0);
+}
+
+/* ---- haproxy ----------------------------------------------------------- */
+
+static void test_haproxy(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){HAPROXY, AB, NULL})) skip();
+  char small[128], conf[128], err[128], url[96];
+  /* What haproxy returns itself must fit in one of its buffers. */
+  tmp_path(small, sizeof small, "small.bin");
+  for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 7);
+  write_file(small, data, HAPROXY_BYTES, 0644);
+  int port = drv_free_port(), back = drv_free_port();
+  /* The second frontend serves the file from memory; the first proxies to
+   * it, so each request is an accepted and a connected socket. */
+  write_text(conf, sizeof conf, "haproxy.cfg", 0644,
+             "global\n nbthread 4\n maxconn 1000\n"
+             "defaults\n mode http\n timeout connect 5s\n"
+             " timeout client 10s\n timeout server 10s\n"
+             "frontend fe\n bind 127.0.0.1:%d\n default_backend be\n"
+             "backend be\n balance roundrobin\n"
+             " server s1 127.0.0.1:%d\n server s2 127.0.0.1:%d\n"
+             "frontend origin\n bind 127.0.0.1:%d\n"
+             " http-request return status 200 content-type "
+             "application/octet-stream file %s\n",
+             port, back, back, back, small);
+  tmp_path(err, sizeof err, "haproxy.err");
+  pid_t pid = start(
+      (const char *const[]){IOF_RUN_PATH, HAPROXY, "-f", conf, "-db", NULL},
+      port, err);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/file.bin", port);
+  ab_result r = ab(url, "-k", "-n", "2000", "-c", "50", NULL);
+  ab_result r2 = ab(url, "-n", "1000", "-c", "50", NULL);
+  int threads = drv_os_threads(pid);
+  int exit_st = stop(pid);
+  print_message("haproxy nbthread 4 under iofiber-run: %ld/2000 kept alive "
+                "(%ld failed), %ld/1000 (%ld failed); %d OS thread(s); "
+                "exit %d on SIGTERM\n",
+                r.done, r.failed, r2.done, r2.failed, threads, exit_st);
+  check_run(r, 2000, true, HAPROXY_BYTES);
+  check_run(r2, 1000, false, HAPROXY_BYTES);
+  check_threads("haproxy", threads);
+  /* haproxy -db leaves on SIGTERM through the default action. */
+  assert_int_equal(exit_st, 128 + SIGTERM);
+}
+
+/* ---- apache2 ----------------------------------------------------------- */
+
+static void test_apache(void **state) {
+  (void)state;
+  char mpm[128];
+  snprintf(mpm, sizeof mpm, "%s/mod_mpm_event.so", APACHE_MODS);
+  if (!installed((const char *const[]){APACHE, AB, SH, NULL}) ||
+      access(mpm, R_OK))
+    skip();
+  char root[128], conf[128], err[128], url[96], post[128], run_dir[128];
+  make_site("apache-www", root, sizeof root);
+  tmp_path(post, sizeof post, "post.bin");
+  /* apache hands its mutex directory to the User it serves as. */
+  tmp_path(run_dir, sizeof run_dir, "apache-run");
+  assert_int_equal(mkdir(run_dir, 0755), 0);
+  int port = drv_free_port();
+  write_text(conf, sizeof conf, "apache.conf", 0644,
+             "ServerRoot %s\nServerName localhost\nListen 127.0.0.1:%d\n"
+             "LoadModule mpm_event_module %s/mod_mpm_event.so\n"
+             "LoadModule authz_core_module %s/mod_authz_core.so\n"
+             "LoadModule alias_module %s/mod_alias.so\n"
+             "LoadModule cgi_module %s/mod_cgi.so\n"
+             "PidFile %s/apache.pid\nErrorLog %s/apache.log\n"
+             "Mutex file:%s default\nDocumentRoot %s\n"
+             "ScriptAlias /cgi/ %s/cgi/\n"
+             "User nobody\nGroup nogroup\n"
+             "StartServers 1\nServerLimit 1\nThreadsPerChild 50\n"
+             "MaxRequestWorkers 50\nMaxKeepAliveRequests 0\n"
+             "<Directory %s>\n Require all granted\n</Directory>\n",
+             tmpdir, port, APACHE_MODS, APACHE_MODS, APACHE_MODS, APACHE_MODS,
+             run_dir, run_dir, run_dir, root, root, root);
+  tmp_path(err, sizeof err, "apache.err");
+  pid_t pid =
+      start((const char *const[]){IOF_RUN_PATH, APACHE, "-X", "-f", conf, NULL},
+            port, err);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/file.bin", port);
+  ab_result r = ab(url, "-k", "-n", "2000", "-c", "50", NULL);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/cgi/count.cgi?a=b", port);
+  ab_result c = ab(url, "-n", "200", "-c", "50", "-p", post, "-T",
+                   "application/octet-stream", NULL);
+  int threads = drv_os_threads(pid);
+  int exit_st = stop(pid);
+  print_message("apache2 -X (event MPM, 50 threads) under iofiber-run: file "
+                "%ld/2000 (%ld failed, %ld kept alive), CGI %ld/200 (%ld "
+                "failed); %d OS thread(s); exit %d on SIGTERM\n",
+                r.done, r.failed, r.kept, c.done, c.failed, threads, exit_st);
+  check_file_run(r, 2000, true);
+  check_cgi_run(c, 200);
+  check_threads("apache2", threads);
+  assert_int_equal(exit_st, 0);
+}
+
+/* ---- lighttpd ---------------------------------------------------------- */
+
+static void test_lighttpd(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){LIGHTTPD, AB, SH, NULL})) skip();
+  char root[128], conf[128], err[128], url[96], post[128];
+  make_site("lighttpd-www", root, sizeof root);
+  tmp_path(post, sizeof post, "post.bin");
+  int port = drv_free_port();
+  write_text(conf, sizeof conf, "lighttpd.conf", 0644,
+             "server.document-root = \"%s\"\nserver.bind = \"127.0.0.1\"\n"
+             "server.port = %d\nserver.modules += (\"mod_cgi\")\n"
+             "cgi.assign = (\".cgi\" => \"\")\n"
+             "server.network-backend = \"sendfile\"\n",
+             root, port);
+  tmp_path(err, sizeof err, "lighttpd.err");
+  pid_t pid = start(
+      (const char *const[]){IOF_RUN_PATH, LIGHTTPD, "-D", "-f", conf, NULL},
+      port, err);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/file.bin", port);
+  ab_result r = ab(url, "-k", "-n", "2000", "-c", "50", NULL);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/cgi/count.cgi?a=b", port);
+  ab_result c = ab(url, "-n", "200", "-c", "50", "-p", post, "-T",
+                   "application/octet-stream", NULL);
+  int threads = drv_os_threads(pid);
+  /* lighttpd exits 1 when a connection is still open at SIGTERM (plainly
+   * too): the last ones may still be in their lingering close. */
+  for (int i = 0; i < 100 && sockets_open(pid) > 1; i++) usleep(20000);
+  int exit_st = stop(pid);
+  print_message("lighttpd under iofiber-run: file %ld/2000 (%ld failed, %ld "
+                "kept alive), CGI %ld/200 (%ld failed); %d OS thread(s); "
+                "exit %d on SIGTERM\n",
+                r.done, r.failed, r.kept, c.done, c.failed, threads, exit_st);
+  check_file_run(r, 2000, false);
+  check_cgi_run(c, 200);
+  check_threads("lighttpd", threads);
+  assert_int_equal(exit_st, 0);
+}
+
+/* ---- slapd ------------------------------------------------------------- */
+
+#define LDAP_ENTRIES 200
+#define LDAP_SEARCHES 10
+
+static void test_slapd(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){SLAPD, LDAPADD, LDAPSEARCH, NULL}) ||
+      access("/etc/ldap/schema/inetorgperson.schema", R_OK))
+    skip();
+  char db[128], conf[128], ldif[128], err[128], uri[64], out[128];
+  tmp_path(db, sizeof db, "ldap-db");
+  assert_int_equal(mkdir(db, 0700), 0);
+  write_text(conf, sizeof conf, "slapd.conf", 0644,
+             "include /etc/ldap/schema/core.schema\n"
+             "include /etc/ldap/schema/cosine.schema\n"
+             "include /etc/ldap/schema/inetorgperson.schema\n"
+             "modulepath /usr/lib/ldap\nmoduleload back_mdb\n"
+             "pidfile %s/slapd.pid\nthreads 8\n"
+             "database mdb\nmaxsize 104857600\n"
+             "suffix \"dc=example,dc=com\"\n"
+             "rootdn \"cn=admin,dc=example,dc=com\"\nrootpw secret\n"
+             "directory %s\n",
+             tmpdir, db);
+  static char entries[LDAP_ENTRIES * 160 + 256];
+  size_t n = (size_t)snprintf(entries, sizeof entries,
+                              "dn: dc=example,dc=com\nobjectClass: dcObject\n"
+                              "objectClass: organization\no: Example\n"
+                              "dc: example\n\n");
+  for (int i = 0; i < LDAP_ENTRIES; i++)
+    n += (size_t)snprintf(entries + n, sizeof entries - n,
+                          "dn: cn=user%d,dc=example,dc=com\n"
+                          "objectClass: inetOrgPerson\ncn: user%d\nsn: S%d\n"
+                          "mail: user%d@example.com\n\n",
+                          i, i, i, i);
+  tmp_path(ldif, sizeof ldif, "data.ldif");
+  write_file(ldif, entries, n, 0644);
+  int port = drv_free_port();
+  snprintf(uri, sizeof uri, "ldap://127.0.0.1:%d/", port);
+  tmp_path(err, sizeof err, "slapd.err");
+  pid_t pid = start((const char *const[]){IOF_RUN_PATH, SLAPD, "-f", conf, "-h",
+                                          uri, "-d", "0", NULL},
+                    port, err);
+  tmp_path(out, sizeof out, "ldapadd.out");
+  int st = run((const char *const[]){LDAPADD, "-x", "-H", uri, "-D",
+                                     "cn=admin,dc=example,dc=com", "-w",
+                                     "secret", "-f", ldif, NULL},
+               out, 20);
+  pid_t c[LDAP_SEARCHES];
+  char outs[LDAP_SEARCHES][128];
+  for (int i = 0; i < LDAP_SEARCHES; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "search%d.out", i);
+    tmp_path(outs[i], sizeof outs[i], name);
+    c[i] = drv_spawn((const char *const[]){LDAPSEARCH, "-x", "-LLL", "-H", uri,
+                                           "-b", "dc=example,dc=com",
+                                           "(cn=user*)", "mail", NULL},
+                     -1, outs[i], NULL);
+  }
+  int searches_ok = 0;
+  for (int i = 0; i < LDAP_SEARCHES; i++) {
+    static char buf[LDAP_ENTRIES * 100];
+    int s = drv_wait_exit(c[i], 20);
+    drv_slurp(outs[i], buf, sizeof buf);
+    if (s == 0 && count(buf, "\nmail: user") == LDAP_ENTRIES) searches_ok++;
+  }
+  int threads = drv_os_threads(pid);
+  int exit_st = stop(pid);
+  print_message("slapd under iofiber-run: ldapadd exit %d, %d/%d searches "
+                "found all %d entries; %d OS thread(s); exit %d on "
+                "SIGTERM\n",
+                st, searches_ok, LDAP_SEARCHES, LDAP_ENTRIES, threads, exit_st);
+  assert_int_equal(st, 0);
+  assert_int_equal(searches_ok, LDAP_SEARCHES);
+  check_threads("slapd", threads);
+  assert_int_equal(exit_st, 0);
+}
+
+/* ---- named ------------------------------------------------------------- */
+
+#define DNS_HOSTS 100
+#define DNS_BATCHES 4
+
+static void test_named(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){NAMED, DIG, NULL})) skip();
+  char conf[128], zone[128], queries[128], err[128], out[128];
+  static char text[DNS_HOSTS * 120 + 256];
+  size_t n = (size_t)snprintf(text, sizeof text,
+                              "$TTL 300\n@ IN SOA ns1 admin 1 3600 600 86400 "
+                              "300\n@ IN NS ns1\nns1 IN A 127.0.0.1\n");
+  for (int i = 1; i <= DNS_HOSTS; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n,
+                          "h%d IN A 10.0.%d.%d\nh%d IN TXT \"host number "
+                          "%d\"\n",
+                          i, i / 256, i % 256, i, i);
+  tmp_path(zone, sizeof zone, "example.zone");
+  write_file(zone, text, n, 0644);
+  n = 0;
+  for (int i = 1; i <= DNS_HOSTS; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n,
+                          "h%d.example.test A\nh%d.example.test TXT\n", i, i);
+  tmp_path(queries, sizeof queries, "queries");
+  write_file(queries, text, n, 0644);
+  int port = drv_free_port();
+  write_text(conf, sizeof conf, "named.conf", 0644,
+             "options {\n directory \"%s\";\n"
+             " listen-on port %d { 127.0.0.1; };\n listen-on-v6 { none; };\n"
+             " pid-file \"%s/named.pid\";\n recursion no;\n"
+             " allow-query { any; };\n allow-transfer { any; };\n"
+             " dnssec-validation no;\n};\ncontrols { };\n"
+             "zone \"example.test\" { type master; file \"%s\"; };\n",
+             tmpdir, port, tmpdir, zone);
+  tmp_path(err, sizeof err, "named.err");
+  const char *user = geteuid() == 0 ? "root" : NULL;
+  const char *argv[16] = {IOF_RUN_PATH, NAMED, "-g", "-n", "4", "-c", conf};
+  if (user) argv[7] = "-u", argv[8] = user;
+  pid_t pid = start(argv, port, err);
+  char ps[16], buf[16384];
+  snprintf(ps, sizeof ps, "%d", port);
+  /* named listens before its zones are loaded (it answers SERVFAIL until
+   * then, plainly too). */
+  tmp_path(out, sizeof out, "dig-ready.out");
+  for (int i = 0; i < 50; i++) {
+    run((const char *const[]){DIG, "+time=1", "+tries=1", "+short",
+                              "@127.0.0.1", "-p", ps, "h1.example.test", NULL},
+        out, 5);
+    drv_slurp(out, buf, sizeof buf);
+    if (strcmp(buf, "10.0.0.1\n") == 0) break;
+    usleep(50000);
+  }
+  pid_t c[DNS_BATCHES];
+  char outs[DNS_BATCHES][128];
+  for (int i = 0; i < DNS_BATCHES; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "dig%d.out", i);
+    tmp_path(outs[i], sizeof outs[i], name);
+    /* Each dig from a port of its own: dig's sockets allow the port to be
+     * shared, and two digs on one port take each other's answers (an "ID
+     * mismatch" and a lost query, plainly too). */
+    char from[32];
+    snprintf(from, sizeof from, "127.0.0.1#%d", drv_free_port());
+    c[i] = drv_spawn((const char *const[]){DIG, "-b", from, "+time=3",
+                                           "+tries=1", "+short", "@127.0.0.1",
+                                           "-p", ps, "-f", queries, NULL},
+                     -1, outs[i], NULL);
+  }
+  int batches_ok = 0;
+  for (int i = 0; i < DNS_BATCHES; i++) {
+    int s = drv_wait_exit(c[i], 20);
+    drv_slurp(outs[i], buf, sizeof buf);
+    if (s == 0 && count(buf, "10.0.") == DNS_HOSTS &&
+        count(buf, "\"host number ") == DNS_HOSTS)
+      batches_ok++;
+    else
+      print_message("dig exit %d: %s\n", s, buf);
+  }
+  tmp_path(out, sizeof out, "dig-tcp.out");
+  int st = run((const char *const[]){DIG, "+tcp", "+short", "@127.0.0.1", "-p",
+                                     ps, "h7.example.test", "TXT", NULL},
+               out, 10);
+  drv_slurp(out, buf, sizeof buf);
+  bool tcp_ok = st == 0 && strcmp(buf, "\"host number 7\"\n") == 0;
+  tmp_path(out, sizeof out, "dig-axfr.out");
+  int st2 = run((const char *const[]){DIG, "+short", "@127.0.0.1", "-p", ps,
+                                      "example.test", "AXFR", NULL},
+                out, 10);
+  drv_slurp(out, buf, sizeof buf);
+  /* SOA twice, NS, ns1's A, and every host's A and TXT. */
+  size_t axfr = count(buf, "\n");
+  int threads = drv_os_threads(pid);
+  int exit_st = stop(pid);
+  print_message("named -n 4 under iofiber-run: %d/%d UDP batches of %d "
+                "answers, TCP %s, AXFR %zu records; %d OS thread(s); exit "
+                "%d on SIGTERM\n",
+                batches_ok, DNS_BATCHES, 2 * DNS_HOSTS, tcp_ok ? "ok" : "bad",
+                axfr, threads, exit_st);
+  assert_int_equal(batches_ok, DNS_BATCHES);
+  assert_true(tcp_ok);
+  assert_int_equal(st2, 0);
+  assert_int_equal(axfr, 4 + 2 * DNS_HOSTS);
+  check_threads("named", threads);
+  assert_int_equal(exit_st, 0);
+}
+
+/* ---- mosquitto --------------------------------------------------------- */
+
+#define MQ_MESSAGES 500
+#define MQ_SUBS 2
+#define MQ_PUBS 2
+
+static void test_mosquitto(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){MOSQUITTO, MOSQ_PUB, MOSQ_SUB, NULL}))
+    skip();
+  char conf[128], err[128], lines[128];
+  int port = drv_free_port();
+  write_text(conf, sizeof conf, "mosquitto.conf", 0644,
+             "listener %d 127.0.0.1\nallow_anonymous true\n"
+             "persistence false\nmax_queued_messages 0\n",
+             port);
+  static char text[MQ_MESSAGES * 16];
+  size_t n = 0;
+  for (int i = 0; i < MQ_MESSAGES; i++)
+    n += (size_t)snprintf(text + n, sizeof text - n, "message %d\n", i);
+  tmp_path(lines, sizeof lines, "messages");
+  write_file(lines, text, n, 0644);
+  tmp_path(err, sizeof err, "mosquitto.err");
+  pid_t pid = start(
+      (const char *const[]){IOF_RUN_PATH, MOSQUITTO, "-v", "-c", conf, NULL},
+      port, err);
+  char ps[16], want[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  snprintf(want, sizeof want, "%d", MQ_PUBS * MQ_MESSAGES);
+  pid_t subs[MQ_SUBS];
+  char outs[MQ_SUBS][128];
+  for (int i = 0; i < MQ_SUBS; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "sub%d.out", i);
+    tmp_path(outs[i], sizeof outs[i], name);
+    subs[i] = drv_spawn((const char *const[]){MOSQ_SUB, "-h", "127.0.0.1", "-p",
+                                              ps, "-t", "t/#", "-q", "1", "-C",
+                                              want, NULL},
+                        -1, outs[i], NULL);
+  }
+  /* The subscriptions are in place once the broker logged them. */
+  char log[65536];
+  for (int i = 0; i < 250; i++) {
+    drv_slurp(err, log, sizeof log);
+    if (count(log, "Received SUBSCRIBE") >= MQ_SUBS) break;
+    usleep(20000);
+  }
+  pid_t pubs[MQ_PUBS];
+  for (int i = 0; i < MQ_PUBS; i++) {
+    char topic[16];
+    snprintf(topic, sizeof topic, "t/%d", i);
+    int in = open(lines, O_RDONLY);
+    pubs[i] =
+        drv_spawn((const char *const[]){MOSQ_PUB, "-h", "127.0.0.1", "-p", ps,
+                                        "-t", topic, "-q", "1", "-l", NULL},
+                  in, NULL, NULL);
+    close(in);
+  }
+  int pubs_ok = 0, subs_ok = 0;
+  for (int i = 0; i < MQ_PUBS; i++) pubs_ok += drv_wait_exit(pubs[i], 20) == 0;
+  for (int i = 0; i < MQ_SUBS; i++) {
+    static char buf[MQ_PUBS * MQ_MESSAGES * 16 + 1];
+    int s = drv_wait_exit(subs[i], 20);
+    drv_slurp(outs[i], buf, sizeof buf);
+    if (s == 0 && count(buf, "message ") == MQ_PUBS * MQ_MESSAGES &&
+        count(buf, "message 499\n") == MQ_PUBS)
+      subs_ok++;
+  }
+  int threads = drv_os_threads(pid);
+  int exit_st = stop(pid);
+  print_message("mosquitto under iofiber-run: %d/%d publishers done, %d/%d "
+                "subscribers got all %d messages; %d OS thread(s); exit %d "
+                "on SIGTERM\n",
+                pubs_ok, MQ_PUBS, subs_ok, MQ_SUBS, MQ_PUBS * MQ_MESSAGES,
+                threads, exit_st);
+  assert_int_equal(pubs_ok, MQ_PUBS);
+  assert_int_equal(subs_ok, MQ_SUBS);
+  check_threads("mosquitto", threads);
+  assert_int_equal(exit_st, 0);
+}
+
+/* ---- python3 + pyzmq --------------------------------------------------- */
+
+static const char zmq_script[] =
+    "import os, sys, threading, zmq\n"
+    "ctx = zmq.Context(io_threads=2)\n"
+    "port = int(sys.argv[1])\n"
+    "CLIENTS, REQS = 20, 100\n"
+    "def broker():\n"
+    "    front = ctx.socket(zmq.ROUTER); "
+    "front.bind(f'tcp://127.0.0.1:{port}')\n"
+    "    back = ctx.socket(zmq.DEALER); back.bind('inproc://workers')\n"
+    "    poller = zmq.Poller()\n"
+    "    poller.register(front, zmq.POLLIN); poller.register(back, "
+    "zmq.POLLIN)\n"
+    "    while True:\n"
+    "        ev = dict(poller.poll())\n"
+    "        if front in ev:\n"
+    "            m = front.recv_multipart()\n"
+    "            if m[-1] == b'STOP': break\n"
+    "            back.send_multipart(m)\n"
+    "        if back in ev:\n"
+    "            front.send_multipart(back.recv_multipart())\n"
+    "    front.close(); back.close()\n"
+    "def worker():\n"
+    "    s = ctx.socket(zmq.DEALER); s.connect('inproc://workers')\n"
+    "    while True:\n"
+    "        m = s.recv_multipart()\n"
+    "        s.send_multipart(m[:-1] + [m[-1].upper()])\n"
+    "def client(i, res):\n"
+    "    s = ctx.socket(zmq.REQ); s.connect(f'tcp://127.0.0.1:{port}')\n"
+    "    for j in range(REQS):\n"
+    "        s.send(f'c{i}-r{j}'.encode())\n"
+    "        if s.recv() == f'C{i}-R{j}'.encode(): res[i] += 1\n"
+    "    s.close()\n"
+    "b = threading.Thread(target=broker); b.start()\n"
+    "for _ in range(4): threading.Thread(target=worker, daemon=True).start()\n"
+    "res = [0] * CLIENTS\n"
+    "cs = [threading.Thread(target=client, args=(i, res)) "
+    "for i in range(CLIENTS)]\n"
+    "for c in cs: c.start()\n"
+    "for c in cs: c.join()\n"
+    "pull = ctx.socket(zmq.PULL); pull.bind('inproc://sink')\n"
+    "def pusher(k):\n"
+    "    p = ctx.socket(zmq.PUSH); p.connect('inproc://sink')\n"
+    "    for _ in range(1000): p.send(b'%d' % k)\n"
+    "    p.close()\n"
+    "ps = [threading.Thread(target=pusher, args=(k,)) for k in range(5)]\n"
+    "for p in ps: p.start()\n"
+    "total = sum(int(pull.recv()) + 1 for _ in range(5000))\n"
+    "for p in ps: p.join()\n"
+    "with open(f'/proc/{os.getpid()}/status') as f:\n"
+    "    th = [l.split()[1] for l in f if l.startswith('Threads')][0]\n"
+    "s = ctx.socket(zmq.REQ); s.connect(f'tcp://127.0.0.1:{port}')\n"
+    "s.send(b'STOP'); s.close(linger=1000); b.join()\n"
+    "print('replies', sum(res), 'push', total, 'threads', th, flush=True)\n"
+    "os._exit(0)\n";
+
+static void test_pyzmq(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){PYTHON, NULL})) skip();
+  char script[128], out[128], buf[4096], ps[16];
+  /* pyzmq installed? */
+  tmp_path(out, sizeof out, "pyzmq.out");
+  if (run((const char *const[]){PYTHON, "-c", "import zmq", NULL}, out, 10))
+    skip();
+  write_text(script, sizeof script, "zmq_threads.py", 0644, "%s", zmq_script);
+  snprintf(ps, sizeof ps, "%d", drv_free_port());
+  int st = run((const char *const[]){IOF_RUN_PATH, PYTHON, script, ps, NULL},
+               out, 30);
+  drv_slurp(out, buf, sizeof buf);
+  print_message("python3 + pyzmq under iofiber-run: exit %d: %s", st, buf);
+  long replies = figure(buf, "replies "), push = figure(buf, "push ");
+  long threads = figure(buf, "threads ");
+  assert_int_equal(st, 0);
+  assert_int_equal(replies, 20 * 100);
+  assert_int_equal(push, 5 * 1000 * 3); /* 1 + 2 + ... + 5, 1,000 times */
+  check_threads("python3 with libzmq", (int)threads);
+}
+
+/* ---- ruby -------------------------------------------------------------- */
+
+static const char ruby_script[] =
+    "require 'socket'\n"
+    "srv = TCPServer.new('127.0.0.1', 0); port = srv.addr[1]\n"
+    "q = Queue.new; m = Mutex.new; served = 0\n"
+    "acc = Thread.new { 20.times { q << srv.accept }; 4.times { q << nil } }\n"
+    "ws = 4.times.map { Thread.new { while (c = q.pop)\n"
+    "  while (l = c.gets); c.write(l.upcase); end\n"
+    "  c.close; m.synchronize { served += 1 }; end } }\n"
+    "cs = 20.times.map { |i| Thread.new {\n"
+    "  s = TCPSocket.new('127.0.0.1', port); ok = 0\n"
+    "  50.times { |j| s.write(\"c#{i} l#{j}\\n\")\n"
+    "    ok += 1 if s.gets == \"C#{i} L#{j}\\n\"; sleep 0.001 if j % 10 == 0 "
+    "}\n"
+    "  s.close_write; s.close; ok } }\n"
+    "th = File.read(\"/proc/#{$$}/status\")[/Threads:\\s*(\\d+)/, 1]\n"
+    "tot = cs.map(&:value).sum; acc.join; ws.each(&:join)\n"
+    "puts \"answers #{tot} served #{served} threads #{th}\"\n";
+
+static void test_ruby(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){RUBY, NULL})) skip();
+  char script[128], out[128], buf[4096];
+  write_text(script, sizeof script, "threads.rb", 0644, "%s", ruby_script);
+  tmp_path(out, sizeof out, "ruby.out");
+  int st =
+      run((const char *const[]){IOF_RUN_PATH, RUBY, script, NULL}, out, 30);
+  drv_slurp(out, buf, sizeof buf);
+  print_message("ruby threads under iofiber-run: exit %d: %s", st, buf);
+  assert_int_equal(st, 0);
+  assert_int_equal(figure(buf, "answers "), 20 * 50);
+  assert_int_equal(figure(buf, "served "), 20);
+  check_threads("ruby", (int)figure(buf, "threads "));
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int type,
+                    struct FTW *ftw) {
+  (void)sb, (void)type, (void)ftw;
+  remove(path);
+  return 0;
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  if (!mkdtemp(tmpdir)) return 1;
+  /* apache2 serves as nobody. */
+  chmod(tmpdir, 0755);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_nginx),     cmocka_unit_test(test_haproxy),
+      cmocka_unit_test(test_apache),    cmocka_unit_test(test_lighttpd),
+      cmocka_unit_test(test_slapd),     cmocka_unit_test(test_named),
+      cmocka_unit_test(test_mosquitto), cmocka_unit_test(test_pyzmq),
+      cmocka_unit_test(test_ruby),
+  };
+  int r = cmocka_run_group_tests(tests, NULL, NULL);
+  nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  return r;
+}
