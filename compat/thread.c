@@ -814,13 +814,18 @@ int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
   iof__cthread *t = self_record();
   /* main's go to glibc, which runs them at exit (called from main, with
    * its values in place) as it does for a main thread. */
-  if (!t || !t->tls || t->tls == main_tls || !fn || !iof__tls_owns(obj))
+  if (!t || !t->tls || t->tls == main_tls || !fn ||
+      !(iof__tls_owns(obj) || iof__tls_owns_dyn(obj)))
     return -ESRCH;
   tls_dtor *d = malloc(sizeof *d);
   if (!d) return -ENOMEM;
   *d = (tls_dtor){t->run->dtors, fn, obj};
   t->run->dtors = d;
   return 0;
+}
+
+void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *)) {
+  return iof__tls_dyn_addr(ti, real);
 }
 
 int iof_compat_pthread_join(pthread_t thread, void **retval) {

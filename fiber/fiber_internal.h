@@ -189,6 +189,13 @@ typedef struct iof__tls_area {
   _Atomic(iof_thread_state *) home;
   atomic_int refs; /* the owner's, and each thread's tls_cur */
   atomic_flag lk;  /* held while values move in or out */
+  /* Blocks of modules loaded later (dynamic TLS), by module id: the
+   * owner's own, on the heap, made on its first access (only the owner
+   * touches them; freed with the area). main (inherit) has none: it uses
+   * the OS thread's. */
+  bool os_blocks;
+  unsigned n_dyn;
+  void **dyn;
   _Alignas(16) unsigned char buf[];
 } iof__tls_area;
 
@@ -210,8 +217,14 @@ IOF_HIDDEN void iof__tls_detach(void);
 IOF_HIDDEN void iof__tls_area_ref(iof__tls_area *a);
 IOF_HIDDEN void iof__tls_restore(iof__tls_area *a);
 
-/* Whether addr is one of the calling fiber's own thread-locals. */
+/* Whether addr is one of the calling fiber's own thread-locals (in
+ * static TLS: at the same address in every fiber thread of the OS
+ * thread). */
 IOF_HIDDEN bool iof__tls_owns(const void *addr);
+/* Or in a block of a module loaded later, which the fiber thread owns. */
+IOF_HIDDEN bool iof__tls_owns_dyn(const void *addr);
+/* __tls_get_addr for the calling fiber thread (iof_compat_tls_get_addr). */
+IOF_HIDDEN void *iof__tls_dyn_addr(void *ti, void *(*real)(void *));
 
 IOF_HIDDEN void iof__tls_enter_slow(iof_thread_state *th, iof__tls_area *a);
 

@@ -59,6 +59,22 @@ static struct {
 static atomic_int decided;
 
 enum { MODE_PROGRAM, MODE_ALL, MODE_SHARED };
+static int mode;
+
+/* Modules loaded later (dlopen) get their TLS blocks per thread on first
+ * use, at addresses of their own in each thread, not at one offset from
+ * the thread pointer: nothing to copy in place. A fiber thread gets
+ * blocks of its own for them instead, through the loader's
+ * __tls_get_addr, which the hook interposes. By module id: */
+#define DYN_MODS 512
+enum { DYN_UNKNOWN, DYN_PER_OS_THREAD, DYN_PER_FIBER };
+static struct {
+  atomic_uchar kind;
+  bool at_start; /* in static TLS since the start (seen by the probe) */
+  const void *image;
+  size_t filesz, memsz, align;
+} D[DYN_MODS];
+static atomic_flag dyn_lk;
 
 static bool in(const void *p, const void *lo, size_t n) {
   return (const char *)p >= (const char *)lo &&
@@ -161,6 +177,8 @@ static int look(struct dl_phdr_info *info, size_t size, void *p) {
       !(tls && info->dlpi_tls_data &&
         in(&iof__tls_state, info->dlpi_tls_data, tls->p_memsz)))
     list_needed(info, c);
+  if (tls && info->dlpi_tls_data && info->dlpi_tls_modid < DYN_MODS)
+    D[info->dlpi_tls_modid].at_start = true;
   if (!tls || !tls->p_memsz || !info->dlpi_tls_data || B.n == SEGS_MAX)
     return 0;
   const char *name = info->dlpi_name ? info->dlpi_name : "";
@@ -203,6 +221,7 @@ static void decide(void) {
     look_ctx c = {.mode = MODE_PROGRAM, .first = true};
     if (e && strcmp(e, "all") == 0) c.mode = MODE_ALL;
     if (e && strcmp(e, "shared") == 0) c.mode = MODE_SHARED;
+    mode = c.mode;
     pthread_t t;
     sigset_t all, old;
     /* The probe takes no signal meant for the program's threads. A thread
@@ -229,8 +248,10 @@ static void unlock(iof__tls_area *a) {
 }
 
 static void release(iof__tls_area *a) {
-  if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1)
-    free(a);
+  if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1) return;
+  for (unsigned i = 0; i < a->n_dyn; i++) free(a->dyn[i]);
+  free(a->dyn);
+  free(a);
 }
 
 /* Values between the blocks of the thread whose thread pointer is tp
@@ -253,12 +274,17 @@ static void move(char *to, const char *from) {
 int iof__tls_area_new(bool inherit, iof__tls_area **out) {
   *out = NULL;
   decide();
-  if (!B.n) return 0;
+  /* With no static blocks to keep apart a thread still needs an area for
+   * the blocks of modules loaded later; main uses the OS thread's. */
+  if (!B.n && (inherit || mode == MODE_SHARED)) return 0;
   iof__tls_area *a = malloc(sizeof *a + B.size);
   if (!a) return -ENOMEM;
   atomic_init(&a->home, NULL);
   atomic_init(&a->refs, 1);
   atomic_flag_clear(&a->lk);
+  a->os_blocks = inherit || mode == MODE_SHARED;
+  a->n_dyn = 0;
+  a->dyn = NULL;
   if (inherit)
     save(__builtin_thread_pointer(), a->buf);
   else
@@ -350,4 +376,100 @@ bool iof__tls_owns(const void *addr) {
 
 void iof__tls_thread_end(iof_thread_state *th) {
   forget(th);
+}
+
+bool iof__tls_owns_dyn(const void *addr) {
+  iof_thread_state *th = iof__thread_peek();
+  if (!th || !th->current->tls_on) return false;
+  iof__tls_area *a = th->current->tls;
+  for (unsigned i = 0; a && i < a->n_dyn; i++)
+    if (a->dyn[i] && in(addr, a->dyn[i], D[i].memsz)) return true;
+  return false;
+}
+
+typedef struct dyn_find {
+  unsigned long id;
+  int kind;
+} dyn_find;
+
+static bool static_tls_flag(const struct dl_phdr_info *info) {
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    if (info->dlpi_phdr[i].p_type != PT_DYNAMIC) continue;
+    const ElfW(Dyn) *d =
+        (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    for (; d->d_tag != DT_NULL; d++)
+      if (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_STATIC_TLS)) return true;
+  }
+  return false;
+}
+
+static int find_module(struct dl_phdr_info *info, size_t size, void *p) {
+  (void)size;
+  dyn_find *f = p;
+  if (info->dlpi_tls_modid != f->id) return 0;
+  const ElfW(Phdr) *tls = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_TLS) tls = &info->dlpi_phdr[i];
+  const char *name = info->dlpi_name ? info->dlpi_name : "";
+  /* A module built for static TLS (initial-exec accesses) was given a
+   * static block at dlopen: its accesses that do not come here use it. */
+  if (!tls || static_tls_flag(info) || named(name, per_os_thread) ||
+      defines_malloc(info))
+    return 1;
+  D[f->id].image = (const void *)(info->dlpi_addr + tls->p_vaddr);
+  D[f->id].filesz = tls->p_filesz;
+  D[f->id].memsz = tls->p_memsz;
+  D[f->id].align = tls->p_align;
+  f->kind = DYN_PER_FIBER;
+  return 1;
+}
+
+static int classify(unsigned long id) {
+  while (atomic_flag_test_and_set_explicit(&dyn_lk, memory_order_acquire)) {
+  }
+  int k = atomic_load_explicit(&D[id].kind, memory_order_relaxed);
+  if (k == DYN_UNKNOWN) {
+    dyn_find f = {id, DYN_PER_OS_THREAD};
+    if (!D[id].at_start) dl_iterate_phdr(find_module, &f);
+    k = f.kind;
+    atomic_store_explicit(&D[id].kind, (unsigned char)k, memory_order_release);
+  }
+  atomic_flag_clear_explicit(&dyn_lk, memory_order_release);
+  return k;
+}
+
+/* The fiber thread's block of module id, made from the module's initial
+ * image; NULL without memory. */
+static void *dyn_block(iof__tls_area *a, unsigned long id) {
+  if (id >= a->n_dyn) {
+    unsigned n = (unsigned)id + 8 < DYN_MODS ? (unsigned)id + 8 : DYN_MODS;
+    void **t = realloc(a->dyn, n * sizeof *t);
+    if (!t) return NULL;
+    memset(t + a->n_dyn, 0, (n - a->n_dyn) * sizeof *t);
+    a->dyn = t;
+    a->n_dyn = n;
+  }
+  size_t al = D[id].align > sizeof(void *) ? D[id].align : sizeof(void *);
+  size_t size = D[id].memsz ? (D[id].memsz + al - 1) / al * al : al;
+  unsigned char *b = aligned_alloc(al, size);
+  if (!b) return NULL;
+  memcpy(b, D[id].image, D[id].filesz);
+  memset(b + D[id].filesz, 0, size - D[id].filesz);
+  a->dyn[id] = b;
+  return b;
+}
+
+void *iof__tls_dyn_addr(void *ti, void *(*real)(void *)) {
+  const unsigned long *index = ti; /* module id, offset */
+  unsigned long id = index[0];
+  iof_thread_state *th = iof__thread_peek();
+  iof_fiber *f = th ? th->current : NULL;
+  iof__tls_area *a = f && f->tls_on ? f->tls : NULL;
+  if (!a || a->os_blocks || id >= DYN_MODS) return real(ti);
+  if (id < a->n_dyn && a->dyn[id]) return (char *)a->dyn[id] + index[1];
+  int k = atomic_load_explicit(&D[id].kind, memory_order_acquire);
+  if (k == DYN_UNKNOWN) k = classify(id);
+  if (k != DYN_PER_FIBER) return real(ti);
+  void *b = dyn_block(a, id);
+  return b ? (char *)b + index[1] : real(ti);
 }

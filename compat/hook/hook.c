@@ -437,6 +437,7 @@ void iof_compat_pthread_unregister_cancel(__pthread_unwind_buf_t *b)
 void iof_compat_pthread_unwind_next(__pthread_unwind_buf_t *b) IOF_HOOK_WEAK;
 int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
                                       void *dso) IOF_HOOK_WEAK;
+void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *)) IOF_HOOK_WEAK;
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -773,6 +774,28 @@ IOF_HOOK_API int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
   }
   count(H___cxa_thread_atexit_impl, C_PLAIN);
   return REAL(__cxa_thread_atexit_impl)(fn, obj, dso);
+}
+
+/* Thread-locals of modules loaded with dlopen (dynamic TLS): the loader
+ * keeps one block per OS thread, which the fiber threads of one OS thread
+ * would share; compat gives each its own. Reached only from code built
+ * for the traditional TLS dialect (TLS descriptors go to the loader
+ * directly). Some compilers call it with the stack misaligned (glibc's
+ * realigns it). */
+typedef void *(*tls_get_addr_fn)(void *);
+static _Atomic(tls_get_addr_fn) real_tls_get_addr;
+
+void *__tls_get_addr(void *ti);
+IOF_HOOK_API __attribute__((force_align_arg_pointer)) void *
+__tls_get_addr(void *ti) {
+  tls_get_addr_fn real =
+      atomic_load_explicit(&real_tls_get_addr, memory_order_relaxed);
+  if (!real) {
+    real = (tls_get_addr_fn)dlsym(RTLD_NEXT, "__tls_get_addr");
+    atomic_store_explicit(&real_tls_get_addr, real, memory_order_relaxed);
+  }
+  if (iof_compat_tls_get_addr) return iof_compat_tls_get_addr(ti, real);
+  return real(ti);
 }
 
 /* A void call that compat takes from fibers (cancel state, cleanup

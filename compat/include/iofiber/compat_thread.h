@@ -160,6 +160,15 @@ IOF_API void iof_compat_pthread_unwind_next(__pthread_unwind_buf_t *buf)
  * registered: -ESRCH (glibc's call is the one to make). */
 IOF_API int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
                                               void *dso);
+
+/* What the dynamic loader's __tls_get_addr(ti) gives (ti: its tls_index,
+ * the module id and the offset), with real the loader's own: in a fiber
+ * thread other than main, a module loaded with dlopen after the start
+ * (its thread-locals in dynamic TLS, one block per OS thread) gets a block
+ * of the fiber thread's own, so each "thread" has its values as it would
+ * with threads (Python's C++ extension modules: gRPC's execution context).
+ * Elsewhere, and for modules in static TLS, real(ti). */
+IOF_API void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *));
 #endif
 
 /* Runs init exactly once; concurrent callers (fibers or threads) wait
