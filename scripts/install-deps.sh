@@ -54,6 +54,7 @@ PACKAGES=(
   mosquitto
   mosquitto-clients
   python3-zmq
+  python3-grpcio
   ruby
 )
 if [[ "${1:-}" == "--bench" ]]; then

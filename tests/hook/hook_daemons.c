@@ -19,6 +19,9 @@
  * - python3 with pyzmq: libzmq's io threads (eventfd mailboxes, epoll),
  *   a ROUTER/DEALER broker thread, 4 worker threads and 20 REQ client
  *   threads, then PUSH/PULL fan-in from 5 threads;
+ * - python3 with grpcio: a gRPC server on a thread pool and 10 client
+ *   threads (unary and server-streaming calls; gRPC's core keeps its
+ *   execution context in thread-locals of a module Python dlopens);
  * - ruby threads: a threaded TCP upper-casing server, Queue, Mutex.
  * Each server runs on at most MAX_THREADS OS threads and stops on
  * SIGTERM with its plain exit status. A program that is not installed is
@@ -757,6 +760,63 @@ static void test_pyzmq(void **state) {
   check_threads("python3 with libzmq", (int)threads);
 }
 
+/* ---- python3 + grpcio -------------------------------------------------- */
+
+static const char grpc_script[] =
+    "import grpc, os, threading\n"
+    "from concurrent import futures\n"
+    "same = lambda b: b\n"
+    "def upper(req, ctx): return req.upper()\n"
+    "def count(req, ctx):\n"
+    "    for i in range(int(req)): yield b'item %d' % i\n"
+    "h = grpc.method_handlers_generic_handler('t.Svc', {\n"
+    "    'Upper': grpc.unary_unary_rpc_method_handler(upper, "
+    "request_deserializer=same, response_serializer=same),\n"
+    "    'Count': grpc.unary_stream_rpc_method_handler(count, "
+    "request_deserializer=same, response_serializer=same)})\n"
+    "server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))\n"
+    "server.add_generic_rpc_handlers((h,))\n"
+    "port = server.add_insecure_port('127.0.0.1:0')\n"
+    "server.start()\n"
+    "CLIENTS, CALLS = 10, 100\n"
+    "res = [0] * CLIENTS\n"
+    "def client(i):\n"
+    "    with grpc.insecure_channel(f'127.0.0.1:{port}') as ch:\n"
+    "        up = ch.unary_unary('/t.Svc/Upper', request_serializer=same, "
+    "response_deserializer=same)\n"
+    "        st = ch.unary_stream('/t.Svc/Count', request_serializer=same, "
+    "response_deserializer=same)\n"
+    "        for j in range(CALLS):\n"
+    "            if up(b'c%d r%d' % (i, j), timeout=10) == b'C%d R%d' % (i, "
+    "j): res[i] += 1\n"
+    "        res[i] += sum(1 for _ in st(b'50', timeout=10))\n"
+    "ts = [threading.Thread(target=client, args=(i,)) for i in "
+    "range(CLIENTS)]\n"
+    "for t in ts: t.start()\n"
+    "with open(f'/proc/{os.getpid()}/status') as f:\n"
+    "    th = [l.split()[1] for l in f if l.startswith('Threads')][0]\n"
+    "for t in ts: t.join()\n"
+    "server.stop(1).wait()\n"
+    "print('answers', sum(res), 'threads', th, flush=True)\n";
+
+static void test_grpc(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){PYTHON, NULL})) skip();
+  char script[128], out[128], buf[4096];
+  tmp_path(out, sizeof out, "grpc.out");
+  if (run((const char *const[]){PYTHON, "-c", "import grpc", NULL}, out, 10))
+    skip();
+  write_text(script, sizeof script, "grpc_threads.py", 0644, "%s", grpc_script);
+  int st =
+      run((const char *const[]){IOF_RUN_PATH, PYTHON, script, NULL}, out, 30);
+  drv_slurp(out, buf, sizeof buf);
+  print_message("python3 + grpcio under iofiber-run: exit %d: %s", st, buf);
+  assert_int_equal(st, 0);
+  /* Each client's 100 unary calls and one stream of 50 items. */
+  assert_int_equal(figure(buf, "answers "), 10 * (100 + 50));
+  check_threads("python3 with gRPC", (int)figure(buf, "threads "));
+}
+
 /* ---- ruby -------------------------------------------------------------- */
 
 static const char ruby_script[] =
@@ -810,7 +870,7 @@ int main(void) {
       cmocka_unit_test(test_apache),    cmocka_unit_test(test_lighttpd),
       cmocka_unit_test(test_slapd),     cmocka_unit_test(test_named),
       cmocka_unit_test(test_mosquitto), cmocka_unit_test(test_pyzmq),
-      cmocka_unit_test(test_ruby),
+      cmocka_unit_test(test_grpc),      cmocka_unit_test(test_ruby),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
