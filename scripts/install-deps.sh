@@ -51,6 +51,7 @@ PACKAGES=(
   ldap-utils
   bind9
   bind9-dnsutils
+  pdns-recursor
   mosquitto
   mosquitto-clients
   python3-zmq

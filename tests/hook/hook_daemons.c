@@ -15,6 +15,9 @@
  *   listener, LMDB): ldapadd of 201 entries, then 10 ldapsearch at once;
  * - named -n 4 (BIND 9, libuv loops whose per-thread state lives in
  *   libisc's thread-locals): 4 dig batches of 200 UDP queries, TCP, AXFR;
+ * - pdns_recursor --threads=2 (each query in an MTasker context, its own
+ *   stack switch inside the thread) serving a zone of its own: the same
+ *   batches and TCP;
  * - mosquitto: 2 subscribers receive every one of 2 x 500 QoS 1 messages;
  * - python3 with pyzmq: libzmq's io threads (eventfd mailboxes, epoll),
  *   a ROUTER/DEALER broker thread, 4 worker threads and 20 REQ client
@@ -59,6 +62,7 @@
 #define LDAPSEARCH "/usr/bin/ldapsearch"
 #define NAMED "/usr/sbin/named"
 #define DIG "/usr/bin/dig"
+#define PDNS_RECURSOR "/usr/sbin/pdns_recursor"
 #define MOSQUITTO "/usr/sbin/mosquitto"
 #define MOSQ_PUB "/usr/bin/mosquitto_pub"
 #define MOSQ_SUB "/usr/bin/mosquitto_sub"
@@ -498,54 +502,47 @@ static void test_slapd(void **state) {
 #define DNS_HOSTS 100
 #define DNS_BATCHES 4
 
-static void test_named(void **state) {
-  (void)state;
-  if (!installed((const char *const[]){NAMED, DIG, NULL})) skip();
-  char conf[128], zone[128], queries[128], err[128], out[128];
+/* A zone of DNS_HOSTS hosts (an A and a TXT record each) for
+ * example.test, and the dig batch that asks for all of them. */
+static void write_zone(char *zone, size_t zcap, char *queries, size_t qcap) {
   static char text[DNS_HOSTS * 120 + 256];
   size_t n = (size_t)snprintf(text, sizeof text,
-                              "$TTL 300\n@ IN SOA ns1 admin 1 3600 600 86400 "
-                              "300\n@ IN NS ns1\nns1 IN A 127.0.0.1\n");
+                              "$ORIGIN example.test.\n$TTL 300\n"
+                              "@ IN SOA ns1 admin 1 3600 600 86400 300\n"
+                              "@ IN NS ns1\nns1 IN A 127.0.0.1\n");
   for (int i = 1; i <= DNS_HOSTS; i++)
     n += (size_t)snprintf(text + n, sizeof text - n,
                           "h%d IN A 10.0.%d.%d\nh%d IN TXT \"host number "
                           "%d\"\n",
                           i, i / 256, i % 256, i, i);
-  tmp_path(zone, sizeof zone, "example.zone");
+  tmp_path(zone, zcap, "example.zone");
   write_file(zone, text, n, 0644);
   n = 0;
   for (int i = 1; i <= DNS_HOSTS; i++)
     n += (size_t)snprintf(text + n, sizeof text - n,
                           "h%d.example.test A\nh%d.example.test TXT\n", i, i);
-  tmp_path(queries, sizeof queries, "queries");
+  tmp_path(queries, qcap, "queries");
   write_file(queries, text, n, 0644);
-  int port = drv_free_port();
-  write_text(conf, sizeof conf, "named.conf", 0644,
-             "options {\n directory \"%s\";\n"
-             " listen-on port %d { 127.0.0.1; };\n listen-on-v6 { none; };\n"
-             " pid-file \"%s/named.pid\";\n recursion no;\n"
-             " allow-query { any; };\n allow-transfer { any; };\n"
-             " dnssec-validation no;\n};\ncontrols { };\n"
-             "zone \"example.test\" { type master; file \"%s\"; };\n",
-             tmpdir, port, tmpdir, zone);
-  tmp_path(err, sizeof err, "named.err");
-  const char *user = geteuid() == 0 ? "root" : NULL;
-  const char *argv[16] = {IOF_RUN_PATH, NAMED, "-g", "-n", "4", "-c", conf};
-  if (user) argv[7] = "-u", argv[8] = user;
-  pid_t pid = start(argv, port, err);
-  char ps[16], buf[16384];
-  snprintf(ps, sizeof ps, "%d", port);
-  /* named listens before its zones are loaded (it answers SERVFAIL until
-   * then, plainly too). */
+}
+
+/* Waits (up to ~5 s) until the server on port ps answers for the zone:
+ * servers listen before their zones are loaded (plainly too). */
+static void dns_wait_ready(const char *ps) {
+  char out[128], buf[256];
   tmp_path(out, sizeof out, "dig-ready.out");
   for (int i = 0; i < 50; i++) {
     run((const char *const[]){DIG, "+time=1", "+tries=1", "+short",
                               "@127.0.0.1", "-p", ps, "h1.example.test", NULL},
         out, 5);
     drv_slurp(out, buf, sizeof buf);
-    if (strcmp(buf, "10.0.0.1\n") == 0) break;
+    if (strcmp(buf, "10.0.0.1\n") == 0) return;
     usleep(50000);
   }
+}
+
+/* DNS_BATCHES digs at once, each asking every query of the batch over
+ * UDP; how many got every answer. */
+static int dns_batches(const char *ps, const char *queries) {
   pid_t c[DNS_BATCHES];
   char outs[DNS_BATCHES][128];
   for (int i = 0; i < DNS_BATCHES; i++) {
@@ -562,22 +559,56 @@ static void test_named(void **state) {
                                            "-p", ps, "-f", queries, NULL},
                      -1, outs[i], NULL);
   }
-  int batches_ok = 0;
+  int ok = 0;
   for (int i = 0; i < DNS_BATCHES; i++) {
+    static char buf[16384];
     int s = drv_wait_exit(c[i], 20);
     drv_slurp(outs[i], buf, sizeof buf);
     if (s == 0 && count(buf, "10.0.") == DNS_HOSTS &&
         count(buf, "\"host number ") == DNS_HOSTS)
-      batches_ok++;
+      ok++;
     else
       print_message("dig exit %d: %s\n", s, buf);
   }
+  return ok;
+}
+
+/* One query over TCP, answered right. */
+static bool dns_tcp_ok(const char *ps) {
+  char out[128], buf[256];
   tmp_path(out, sizeof out, "dig-tcp.out");
   int st = run((const char *const[]){DIG, "+tcp", "+short", "@127.0.0.1", "-p",
                                      ps, "h7.example.test", "TXT", NULL},
                out, 10);
   drv_slurp(out, buf, sizeof buf);
-  bool tcp_ok = st == 0 && strcmp(buf, "\"host number 7\"\n") == 0;
+  return st == 0 && strcmp(buf, "\"host number 7\"\n") == 0;
+}
+
+static void test_named(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){NAMED, DIG, NULL})) skip();
+  char conf[128], zone[128], queries[128], err[128], out[128];
+  write_zone(zone, sizeof zone, queries, sizeof queries);
+  int port = drv_free_port();
+  write_text(conf, sizeof conf, "named.conf", 0644,
+             "options {\n directory \"%s\";\n"
+             " listen-on port %d { 127.0.0.1; };\n listen-on-v6 { none; };\n"
+             " pid-file \"%s/named.pid\";\n recursion no;\n"
+             " allow-query { any; };\n allow-transfer { any; };\n"
+             " dnssec-validation no;\n};\ncontrols { };\n"
+             "zone \"example.test\" { type master; file \"%s\"; };\n",
+             tmpdir, port, tmpdir, zone);
+  tmp_path(err, sizeof err, "named.err");
+  const char *user = geteuid() == 0 ? "root" : NULL;
+  const char *argv[16] = {IOF_RUN_PATH, NAMED, "-g", "-n", "4", "-c", conf};
+  if (user) argv[7] = "-u", argv[8] = user;
+  pid_t pid = start(argv, port, err);
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  dns_wait_ready(ps);
+  int batches_ok = dns_batches(ps, queries);
+  bool tcp_ok = dns_tcp_ok(ps);
+  static char buf[16384];
   tmp_path(out, sizeof out, "dig-axfr.out");
   int st2 = run((const char *const[]){DIG, "+short", "@127.0.0.1", "-p", ps,
                                       "example.test", "AXFR", NULL},
@@ -598,6 +629,52 @@ static void test_named(void **state) {
   assert_int_equal(axfr, 4 + 2 * DNS_HOSTS);
   check_threads("named", threads);
   assert_int_equal(exit_st, 0);
+}
+
+/* ---- pdns_recursor ----------------------------------------------------- */
+
+static void test_pdns_recursor(void **state) {
+  (void)state;
+  if (!installed((const char *const[]){PDNS_RECURSOR, DIG, NULL})) skip();
+  char conf_dir[128], zone[128], queries[128], err[128], conf[160];
+  char local[32], auth[192];
+  write_zone(zone, sizeof zone, queries, sizeof queries);
+  tmp_path(conf_dir, sizeof conf_dir, "pdns");
+  assert_int_equal(mkdir(conf_dir, 0755), 0);
+  snprintf(conf, sizeof conf, "%s/recursor.conf", conf_dir);
+  write_file(conf, "", 0, 0644);
+  int port = drv_free_port();
+  snprintf(local, sizeof local, "--local-port=%d", port);
+  snprintf(auth, sizeof auth, "--auth-zones=example.test=%s", zone);
+  char cd[160], sd[160];
+  snprintf(cd, sizeof cd, "--config-dir=%s", conf_dir);
+  snprintf(sd, sizeof sd, "--socket-dir=%s", conf_dir);
+  tmp_path(err, sizeof err, "pdns.err");
+  /* Its threads run each query in an MTasker context of their own (a
+   * stack switch inside the thread, here inside a fiber). */
+  pid_t pid = start((const char *const[]){IOF_RUN_PATH, PDNS_RECURSOR, cd, sd,
+                                          "--local-address=127.0.0.1", local,
+                                          "--threads=2", "--daemon=no",
+                                          "--write-pid=no", "--disable-syslog",
+                                          "--setuid=", "--setgid=", auth, NULL},
+                    port, err);
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  dns_wait_ready(ps);
+  int batches_ok = dns_batches(ps, queries);
+  bool tcp_ok = dns_tcp_ok(ps);
+  int threads = drv_os_threads(pid);
+  int exit_st = stop(pid);
+  print_message("pdns_recursor --threads=2 under iofiber-run: %d/%d UDP "
+                "batches of %d answers, TCP %s; %d OS thread(s); exit %d on "
+                "SIGTERM\n",
+                batches_ok, DNS_BATCHES, 2 * DNS_HOSTS, tcp_ok ? "ok" : "bad",
+                threads, exit_st);
+  assert_int_equal(batches_ok, DNS_BATCHES);
+  assert_true(tcp_ok);
+  check_threads("pdns_recursor", threads);
+  /* It leaves on SIGTERM through the default action. */
+  assert_int_equal(exit_st, 128 + SIGTERM);
 }
 
 /* ---- mosquitto --------------------------------------------------------- */
@@ -866,11 +943,12 @@ int main(void) {
   /* apache2 serves as nobody. */
   chmod(tmpdir, 0755);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_nginx),     cmocka_unit_test(test_haproxy),
-      cmocka_unit_test(test_apache),    cmocka_unit_test(test_lighttpd),
-      cmocka_unit_test(test_slapd),     cmocka_unit_test(test_named),
-      cmocka_unit_test(test_mosquitto), cmocka_unit_test(test_pyzmq),
-      cmocka_unit_test(test_grpc),      cmocka_unit_test(test_ruby),
+      cmocka_unit_test(test_nginx),         cmocka_unit_test(test_haproxy),
+      cmocka_unit_test(test_apache),        cmocka_unit_test(test_lighttpd),
+      cmocka_unit_test(test_slapd),         cmocka_unit_test(test_named),
+      cmocka_unit_test(test_pdns_recursor), cmocka_unit_test(test_mosquitto),
+      cmocka_unit_test(test_pyzmq),         cmocka_unit_test(test_grpc),
+      cmocka_unit_test(test_ruby),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
