@@ -2,7 +2,9 @@
  * once and POSIX unnamed semaphore, in place in the user's storage (see
  * thread_internal.h), plus the futex parker and futex lock under them. */
 #include "compat/backoff.h"
+#include "compat/fd_table.h"
 #include "compat/thread_internal.h"
+#include "io/resolver_internal.h"
 
 #include <iofiber/compat_io.h>
 
@@ -1038,14 +1040,32 @@ typedef struct cbarrier {
   atomic_int lk;
   unsigned count; /* arrived in this round */
   unsigned need;
-  unsigned pad;
+  unsigned mark; /* CB_MARK: compat's; else libc's (process-shared) */
   iof__waitq q;
 } cbarrier;
+
+/* A process-shared barrier is libc's, in libc's layout, which other
+ * processes use as well (glibc 2.23 on: in, current_round, count,
+ * shared, out). compat's own barriers carry CB_MARK where glibc keeps
+ * `shared`, which glibc sets to 0 (FUTEX_SHARED) or 128 (FUTEX_PRIVATE). */
+#define CB_MARK 0x1bf1c0u
+#define LIBC_BARRIER_COUNT(pb) (((const unsigned *)(const void *)(pb))[2])
 
 _Static_assert(sizeof(cbarrier) <= sizeof(pthread_barrier_t), "barrier");
 _Static_assert(_Alignof(cbarrier) <= _Alignof(pthread_barrier_t), "align");
 
 #define CB(p) ((cbarrier *)(void *)(p))
+
+/* Whether pb is a live process-shared barrier of libc's (one compat did
+ * not make, with a count: a zeroed one is neither). */
+static bool libc_barrier(const pthread_barrier_t *pb) {
+#if LIBC_OBJECTS
+  return CB(pb)->mark != CB_MARK && LIBC_BARRIER_COUNT(pb) != 0;
+#else
+  (void)pb;
+  return false;
+#endif
+}
 
 int iof_compat_pthread_barrier_init(pthread_barrier_t *pb,
                                     const pthread_barrierattr_t *attr,
@@ -1055,15 +1075,19 @@ int iof_compat_pthread_barrier_init(pthread_barrier_t *pb,
     int v;
     if (pthread_barrierattr_getpshared(attr, &v) == 0 &&
         v != PTHREAD_PROCESS_PRIVATE)
-      return EINVAL;
+      return LIBC_OBJECTS ? iof__libc.pthread_barrier_init(pb, attr, count)
+                          : EINVAL;
   }
   memset(pb, 0, sizeof *pb);
   CB(pb)->need = count;
+  CB(pb)->mark = CB_MARK;
   return 0;
 }
 
 int iof_compat_pthread_barrier_destroy(pthread_barrier_t *pb) {
   if (!pb) return EINVAL;
+  if (libc_barrier(pb)) return iof__libc.pthread_barrier_destroy(pb);
+  if (CB(pb)->mark != CB_MARK) return EINVAL;
   cbarrier *b = CB(pb);
   iof__lk_lock(&b->lk);
   bool busy = b->count != 0;
@@ -1104,8 +1128,39 @@ static bool bar_begin(void *p, iof__wait *w) {
   return false;
 }
 
+/* A fiber's wait on libc's barrier runs on a resolver thread while the
+ * fiber waits: libc's wait blocks its thread in the kernel, and the other
+ * parties may be fiber threads of the same io thread. */
+typedef struct libc_bar_job {
+  pthread_barrier_t *pb;
+  int r;
+} libc_bar_job;
+
+static void libc_bar_run(void *p) {
+  libc_bar_job *j = p;
+  j->r = iof__libc.pthread_barrier_wait(j->pb);
+}
+
+static int libc_barrier_wait(pthread_barrier_t *pb) {
+  iof_fiber *f = iof__cthr_fiber();
+  libc_bar_job *j = f ? malloc(sizeof *j) : NULL;
+  if (!j) return iof__libc.pthread_barrier_wait(pb);
+  j->pb = pb;
+  int saved = errno;
+  int r = iof__resolver_run(iof__compat_io(f), libc_bar_run, j, free);
+  errno = saved;
+  if (r == -EAGAIN || r == -ENOMEM) /* no thread for it: wait here */
+    return iof__libc.pthread_barrier_wait(pb);
+  if (r < 0) return -r; /* ECANCELED: the job may still arrive for it */
+  r = j->r;
+  free(j);
+  return r;
+}
+
 int iof_compat_pthread_barrier_wait(pthread_barrier_t *pb) {
-  if (!pb || CB(pb)->need == 0) return EINVAL;
+  if (!pb) return EINVAL;
+  if (libc_barrier(pb)) return libc_barrier_wait(pb);
+  if (CB(pb)->mark != CB_MARK || CB(pb)->need == 0) return EINVAL;
   bar_op op = {CB(pb), {0}};
   iof__cwait cw;
   op.node.w = &cw.w;

@@ -193,6 +193,10 @@
   X(int, pthread_rwlock_timedwrlock,                                           \
     (pthread_rwlock_t *, const struct timespec *))                             \
   X(int, pthread_rwlock_unlock, (pthread_rwlock_t *))                          \
+  X(int, pthread_barrier_init,                                                 \
+    (pthread_barrier_t *, const pthread_barrierattr_t *, unsigned))            \
+  X(int, pthread_barrier_destroy, (pthread_barrier_t *))                       \
+  X(int, pthread_barrier_wait, (pthread_barrier_t *))                          \
   X(int, pthread_key_create, (pthread_key_t *, void (*)(void *)))              \
   X(int, pthread_key_delete, (pthread_key_t))                                  \
   X(void *, pthread_getspecific, (pthread_key_t))                              \

@@ -155,6 +155,10 @@
 #define pthread_rwlock_timedwrlock(...)                                        \
   iof__libc.pthread_rwlock_timedwrlock(__VA_ARGS__)
 #define pthread_rwlock_unlock(...) iof__libc.pthread_rwlock_unlock(__VA_ARGS__)
+#define pthread_barrier_init(...) iof__libc.pthread_barrier_init(__VA_ARGS__)
+#define pthread_barrier_destroy(...)                                           \
+  iof__libc.pthread_barrier_destroy(__VA_ARGS__)
+#define pthread_barrier_wait(...) iof__libc.pthread_barrier_wait(__VA_ARGS__)
 #define pthread_key_create(...) iof__libc.pthread_key_create(__VA_ARGS__)
 #define pthread_key_delete(...) iof__libc.pthread_key_delete(__VA_ARGS__)
 #define pthread_getspecific(...) iof__libc.pthread_getspecific(__VA_ARGS__)

@@ -14,7 +14,11 @@
  * - a robust mutex whose owner (the child) exits holding it: EOWNERDEAD,
  *   then pthread_mutex_consistent makes it usable;
  * - a shared read-write lock the child write-locks for 200 ms: the
- *   parent's read lock waits for it.
+ *   parent's read lock waits for it;
+ * - a shared barrier of three: two threads of the parent wait at it (on
+ *   one OS thread under fibers) until the child arrives 200 ms later;
+ *   each party passes, exactly one as the serial thread, and the ticker
+ *   runs meanwhile.
  * Prints "all steps right" when every step is. */
 #include <errno.h>
 #include <pthread.h>
@@ -35,6 +39,8 @@ struct shared {
   pthread_mutex_t m, robust;
   pthread_cond_t c;
   pthread_rwlock_t rw;
+  pthread_barrier_t bar;
+  atomic_int serials; /* PTHREAD_BARRIER_SERIAL_THREAD returns */
   atomic_int child_has_it;
   int flag;
   _Atomic int64_t released_ms; /* when the child let go (CLOCK_MONOTONIC) */
@@ -120,6 +126,22 @@ static void write_lock(void) {
   atomic_store(&sh->child_has_it, 1);
   usleep(200000);
   pthread_rwlock_unlock(&sh->rw);
+}
+
+static void barrier_later(void) {
+  atomic_store(&sh->child_has_it, 1);
+  usleep(200000);
+  int r = pthread_barrier_wait(&sh->bar);
+  if (r == PTHREAD_BARRIER_SERIAL_THREAD) atomic_fetch_add(&sh->serials, 1);
+  _exit(r == 0 || r == PTHREAD_BARRIER_SERIAL_THREAD ? 0 : 1);
+}
+
+static void *barrier_party(void *p) {
+  (void)p;
+  int r = pthread_barrier_wait(&sh->bar);
+  CHECK(r == 0 || r == PTHREAD_BARRIER_SERIAL_THREAD, "a party passes");
+  if (r == PTHREAD_BARRIER_SERIAL_THREAD) atomic_fetch_add(&sh->serials, 1);
+  return NULL;
 }
 
 static atomic_int turns;
@@ -238,6 +260,26 @@ int main(void) {
   CHECK(atomic_load(&ticks) - t0 >= 5, "the ticker ran meanwhile");
   CHECK(pthread_rwlock_unlock(&sh->rw) == 0, "rwlock unlock");
   reap(pid);
+
+  /* Two threads and the child at a barrier of three. */
+  pthread_barrierattr_t ba;
+  pthread_barrierattr_init(&ba);
+  pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+  CHECK(pthread_barrier_init(&sh->bar, &ba, 3) == 0, "a shared barrier");
+  pthread_t p1, p2;
+  t0 = atomic_load(&ticks);
+  m0 = mono_ms();
+  bool p1_ok = pthread_create(&p1, NULL, barrier_party, NULL) == 0;
+  bool p2_ok = pthread_create(&p2, NULL, barrier_party, NULL) == 0;
+  CHECK(p1_ok && p2_ok, "barrier parties");
+  pid = child(barrier_later);
+  if (p1_ok) pthread_join(p1, NULL);
+  if (p2_ok) pthread_join(p2, NULL);
+  CHECK(mono_ms() - m0 >= 150, "the parties waited for the child");
+  CHECK(atomic_load(&ticks) - t0 >= 5, "the ticker ran at the barrier");
+  reap(pid);
+  CHECK(atomic_load(&sh->serials) == 1, "one serial thread");
+  CHECK(pthread_barrier_destroy(&sh->bar) == 0, "barrier destroy");
 
   atomic_store(&stop_ticker, 1);
   pthread_join(tk, NULL);

@@ -277,8 +277,11 @@ IOF_API int iof_compat_pthread_spin_lock(pthread_spinlock_t *l);
 
 /* ---- barriers --------------------------------------------------------- */
 
-/* 0; EINVAL (count 0). wait returns PTHREAD_BARRIER_SERIAL_THREAD to one
- * caller of each round and 0 to the others. */
+/* 0; EINVAL (count 0, or a barrier never initialized). wait returns
+ * PTHREAD_BARRIER_SERIAL_THREAD to one caller of each round and 0 to the
+ * others. A process-shared barrier is glibc's: a fiber thread waits for it
+ * as a fiber (glibc's wait runs on a resolver thread), ECANCELED if the
+ * fiber's chain is stopped meanwhile. */
 IOF_API int iof_compat_pthread_barrier_init(pthread_barrier_t *b,
                                             const pthread_barrierattr_t *attr,
                                             unsigned count);
