@@ -2,11 +2,13 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -96,4 +98,44 @@ int drv_os_threads(pid_t pid) {
   drv_slurp(path, buf, sizeof buf);
   const char *t = strstr(buf, "Threads:");
   return t ? atoi(t + 8) : -1;
+}
+
+bool drv_installed(const char *const *paths) {
+  for (; *paths; paths++)
+    if (access(*paths, X_OK)) return false;
+  return true;
+}
+
+bool drv_write_file(const char *path, const void *data, size_t n, mode_t mode) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (fd < 0) return false;
+  bool ok = write(fd, data, n) == (ssize_t)n;
+  close(fd);
+  return ok;
+}
+
+int drv_run(const char *const *argv, const char *out, int seconds) {
+  pid_t pid = drv_spawn(argv, -1, out, NULL);
+  return pid < 0 ? -1 : drv_wait_exit(pid, seconds);
+}
+
+int drv_stop(pid_t pid) {
+  kill(pid, SIGTERM);
+  return drv_wait_exit(pid, 10);
+}
+
+long drv_figure(const char *report, const char *label) {
+  const char *p = strstr(report, label);
+  return p ? strtol(p + strlen(label), NULL, 10) : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int type,
+                        struct FTW *ftw) {
+  (void)sb, (void)type, (void)ftw;
+  remove(path);
+  return 0;
+}
+
+void drv_remove_tree(const char *dir) {
+  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -1,5 +1,6 @@
 /* Helpers of the test drivers that start real programs (under iofiber-run
- * or not) and talk to them from plain code: hook_realprogs, hook_proxies.
+ * or not) and talk to them from plain code: hook_realprogs, hook_proxies,
+ * hook_servers, hook_daemons.
  * The drivers are not linked with the hook. */
 #ifndef IOF_TEST_DRIVER_SUPPORT_H
 #define IOF_TEST_DRIVER_SUPPORT_H
@@ -34,5 +35,26 @@ size_t drv_slurp(const char *path, char *buf, size_t cap);
 
 /* The number of OS threads of pid, or -1. */
 int drv_os_threads(pid_t pid);
+
+/* Whether every path in the NULL-terminated list is an executable. */
+bool drv_installed(const char *const *paths);
+
+/* Creates (or truncates) path with mode and writes n bytes to it; false
+ * if that fails. */
+bool drv_write_file(const char *path, const void *data, size_t n, mode_t mode);
+
+/* Runs argv to its end (at most `seconds`), its stdout to `out`; its exit
+ * status, or -1. */
+int drv_run(const char *const *argv, const char *out, int seconds);
+
+/* Stops pid with SIGTERM; its exit status (-1: still running after 10 s,
+ * then killed). */
+int drv_stop(pid_t pid);
+
+/* The number after `label` in a program's report, or -1. */
+long drv_figure(const char *report, const char *label);
+
+/* Removes dir and everything under it (symbolic links are not followed). */
+void drv_remove_tree(const char *dir);
 
 #endif

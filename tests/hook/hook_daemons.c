@@ -31,7 +31,6 @@
  * skipped (scripts/install-deps.sh installs them). */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -82,20 +81,6 @@ static void tmp_path(char *out, size_t cap, const char *name) {
   snprintf(out, cap, "%s/%s", tmpdir, name);
 }
 
-static bool installed(const char *const *paths) {
-  for (; *paths; paths++)
-    if (access(*paths, X_OK)) return false;
-  return true;
-}
-
-static void write_file(const char *path, const void *data, size_t n,
-                       mode_t mode) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, data, n), (ssize_t)n);
-  close(fd);
-}
-
 /* Writes a printf-formatted text to the file `name` in tmpdir; its path in
  * out. */
 static void write_text(char *out, size_t cap, const char *name, mode_t mode,
@@ -107,21 +92,7 @@ static void write_text(char *out, size_t cap, const char *name, mode_t mode,
   int n = vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   assert_true(n > 0 && (size_t)n < sizeof buf);
-  write_file(out, buf, (size_t)n, mode);
-}
-
-/* Runs argv to its end (at most `seconds`), its stdout to `out`; its exit
- * status, or -1. */
-static int run(const char *const *argv, const char *out, int seconds) {
-  pid_t pid = drv_spawn(argv, -1, out, NULL);
-  return pid < 0 ? -1 : drv_wait_exit(pid, seconds);
-}
-
-/* Stops the server with SIGTERM; its exit status (-1: still running after
- * 10 s, then killed). */
-static int stop(pid_t pid) {
-  kill(pid, SIGTERM);
-  return drv_wait_exit(pid, 10);
+  assert_true(drv_write_file(out, buf, (size_t)n, mode));
 }
 
 /* Starts argv (under iofiber-run) and waits until it listens on port. */
@@ -129,18 +100,12 @@ static pid_t start(const char *const *argv, int port, const char *err) {
   pid_t pid = drv_spawn(argv, -1, NULL, err);
   if (!drv_wait_listening(port, pid)) {
     static char buf[65536];
-    stop(pid);
+    drv_stop(pid);
     size_t n = drv_slurp(err, buf, sizeof buf);
     fprintf(stderr, "%s\n", buf + (n > 2048 ? n - 2048 : 0));
     fail_msg("not listening on %d", port);
   }
   return pid;
-}
-
-/* The number after `label` in a report, or -1. */
-static long figure(const char *report, const char *label) {
-  const char *p = strstr(report, label);
-  return p ? strtol(p + strlen(label), NULL, 10) : -1;
 }
 
 static size_t count(const char *text, const char *what) {
@@ -183,13 +148,13 @@ static ab_result ab(const char *url, ...) {
   argv[n] = NULL;
   char out[128], report[8192];
   tmp_path(out, sizeof out, "ab.out");
-  ab_result r = {.status = run(argv, out, 30)};
+  ab_result r = {.status = drv_run(argv, out, 30)};
   drv_slurp(out, report, sizeof report);
-  r.done = figure(report, "Complete requests:");
-  r.failed = figure(report, "Failed requests:");
-  r.kept = figure(report, "Keep-Alive requests:");
-  r.length = figure(report, "Document Length:");
-  r.non2xx = figure(report, "Non-2xx responses:");
+  r.done = drv_figure(report, "Complete requests:");
+  r.failed = drv_figure(report, "Failed requests:");
+  r.kept = drv_figure(report, "Keep-Alive requests:");
+  r.length = drv_figure(report, "Document Length:");
+  r.non2xx = drv_figure(report, "Non-2xx responses:");
   if (r.status || r.failed) print_message("ab: %s\n", report);
   return r;
 }
@@ -207,15 +172,15 @@ static void make_site(const char *name, char *root, size_t cap) {
   for (size_t i = 0; i < sizeof data; i++)
     data[i] = (unsigned char)(i * 13 + i / 253);
   snprintf(path, sizeof path, "%s/file.bin", root);
-  write_file(path, data, FILE_BYTES, 0644);
+  assert_true(drv_write_file(path, data, FILE_BYTES, 0644));
   /* Echoes the query and counts the body it reads from stdin. */
   static const char script[] =
       "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n"
       "echo \"q=$QUERY_STRING\"\nhead -c \"$CONTENT_LENGTH\" | wc -c\n";
   snprintf(path, sizeof path, "%s/cgi/count.cgi", root);
-  write_file(path, script, sizeof script - 1, 0755);
+  assert_true(drv_write_file(path, script, sizeof script - 1, 0755));
   tmp_path(path, sizeof path, "post.bin");
-  write_file(path, data, POST_BYTES, 0644);
+  assert_true(drv_write_file(path, data, POST_BYTES, 0644));
 }
 
 static void check_run(ab_result r, long n, bool keep_alive, long length) {
@@ -248,7 +213,7 @@ static void check_threads(const char *who, int threads) {
 
 static void test_nginx(void **state) {
   (void)state;
-  if (!installed((const char *const[]){NGINX, AB, NULL})) skip();
+  if (!drv_installed((const char *const[]){NGINX, AB, NULL})) skip();
   char root[128], conf[128], err[128], url[96], run_dir[128];
   make_site("nginx-www", root, sizeof root);
   /* nginx hands its temporary directories to the user it serves as. */
@@ -275,7 +240,7 @@ static void test_nginx(void **state) {
   snprintf(url, sizeof url, "http://127.0.0.1:%d/file.bin", port);
   ab_result r = ab(url, "-k", "-n", "2000", "-c", "50", NULL);
   int threads = drv_os_threads(pid);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("nginx under iofiber-run: %ld/2000 (%ld failed, %ld kept "
                 "alive); %d OS thread(s); exit %d on SIGTERM\n",
                 r.done, r.failed, r.kept, threads, exit_st);
@@ -288,12 +253,12 @@ static void test_nginx(void **state) {
 
 static void test_haproxy(void **state) {
   (void)state;
-  if (!installed((const char *const[]){HAPROXY, AB, NULL})) skip();
+  if (!drv_installed((const char *const[]){HAPROXY, AB, NULL})) skip();
   char small[128], conf[128], err[128], url[96];
   /* What haproxy returns itself must fit in one of its buffers. */
   tmp_path(small, sizeof small, "small.bin");
   for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 7);
-  write_file(small, data, HAPROXY_BYTES, 0644);
+  assert_true(drv_write_file(small, data, HAPROXY_BYTES, 0644));
   int port = drv_free_port(), back = drv_free_port();
   /* The second frontend serves the file from memory; the first proxies to
    * it, so each request is an accepted and a connected socket. */
@@ -316,7 +281,7 @@ static void test_haproxy(void **state) {
   ab_result r = ab(url, "-k", "-n", "2000", "-c", "50", NULL);
   ab_result r2 = ab(url, "-n", "1000", "-c", "50", NULL);
   int threads = drv_os_threads(pid);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("haproxy nbthread 4 under iofiber-run: %ld/2000 kept alive "
                 "(%ld failed), %ld/1000 (%ld failed); %d OS thread(s); "
                 "exit %d on SIGTERM\n",
@@ -334,7 +299,7 @@ static void test_apache(void **state) {
   (void)state;
   char mpm[128];
   snprintf(mpm, sizeof mpm, "%s/mod_mpm_event.so", APACHE_MODS);
-  if (!installed((const char *const[]){APACHE, AB, SH, NULL}) ||
+  if (!drv_installed((const char *const[]){APACHE, AB, SH, NULL}) ||
       access(mpm, R_OK))
     skip();
   char root[128], conf[128], err[128], url[96], post[128], run_dir[128];
@@ -369,7 +334,7 @@ static void test_apache(void **state) {
   ab_result c = ab(url, "-n", "200", "-c", "50", "-p", post, "-T",
                    "application/octet-stream", NULL);
   int threads = drv_os_threads(pid);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("apache2 -X (event MPM, 50 threads) under iofiber-run: file "
                 "%ld/2000 (%ld failed, %ld kept alive), CGI %ld/200 (%ld "
                 "failed); %d OS thread(s); exit %d on SIGTERM\n",
@@ -384,7 +349,7 @@ static void test_apache(void **state) {
 
 static void test_lighttpd(void **state) {
   (void)state;
-  if (!installed((const char *const[]){LIGHTTPD, AB, SH, NULL})) skip();
+  if (!drv_installed((const char *const[]){LIGHTTPD, AB, SH, NULL})) skip();
   char root[128], conf[128], err[128], url[96], post[128];
   make_site("lighttpd-www", root, sizeof root);
   tmp_path(post, sizeof post, "post.bin");
@@ -408,7 +373,7 @@ static void test_lighttpd(void **state) {
   /* lighttpd exits 1 when a connection is still open at SIGTERM (plainly
    * too): the last ones may still be in their lingering close. */
   for (int i = 0; i < 100 && sockets_open(pid) > 1; i++) usleep(20000);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("lighttpd under iofiber-run: file %ld/2000 (%ld failed, %ld "
                 "kept alive), CGI %ld/200 (%ld failed); %d OS thread(s); "
                 "exit %d on SIGTERM\n",
@@ -426,7 +391,7 @@ static void test_lighttpd(void **state) {
 
 static void test_slapd(void **state) {
   (void)state;
-  if (!installed((const char *const[]){SLAPD, LDAPADD, LDAPSEARCH, NULL}) ||
+  if (!drv_installed((const char *const[]){SLAPD, LDAPADD, LDAPSEARCH, NULL}) ||
       access("/etc/ldap/schema/inetorgperson.schema", R_OK))
     skip();
   char db[128], conf[128], ldif[128], err[128], uri[64], out[128];
@@ -455,7 +420,7 @@ static void test_slapd(void **state) {
                           "mail: user%d@example.com\n\n",
                           i, i, i, i);
   tmp_path(ldif, sizeof ldif, "data.ldif");
-  write_file(ldif, entries, n, 0644);
+  assert_true(drv_write_file(ldif, entries, n, 0644));
   int port = drv_free_port();
   snprintf(uri, sizeof uri, "ldap://127.0.0.1:%d/", port);
   tmp_path(err, sizeof err, "slapd.err");
@@ -463,10 +428,10 @@ static void test_slapd(void **state) {
                                           uri, "-d", "0", NULL},
                     port, err);
   tmp_path(out, sizeof out, "ldapadd.out");
-  int st = run((const char *const[]){LDAPADD, "-x", "-H", uri, "-D",
-                                     "cn=admin,dc=example,dc=com", "-w",
-                                     "secret", "-f", ldif, NULL},
-               out, 20);
+  int st = drv_run((const char *const[]){LDAPADD, "-x", "-H", uri, "-D",
+                                         "cn=admin,dc=example,dc=com", "-w",
+                                         "secret", "-f", ldif, NULL},
+                   out, 20);
   pid_t c[LDAP_SEARCHES];
   char outs[LDAP_SEARCHES][128];
   for (int i = 0; i < LDAP_SEARCHES; i++) {
@@ -486,7 +451,7 @@ static void test_slapd(void **state) {
     if (s == 0 && count(buf, "\nmail: user") == LDAP_ENTRIES) searches_ok++;
   }
   int threads = drv_os_threads(pid);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("slapd under iofiber-run: ldapadd exit %d, %d/%d searches "
                 "found all %d entries; %d OS thread(s); exit %d on "
                 "SIGTERM\n",
@@ -516,13 +481,13 @@ static void write_zone(char *zone, size_t zcap, char *queries, size_t qcap) {
                           "%d\"\n",
                           i, i / 256, i % 256, i, i);
   tmp_path(zone, zcap, "example.zone");
-  write_file(zone, text, n, 0644);
+  assert_true(drv_write_file(zone, text, n, 0644));
   n = 0;
   for (int i = 1; i <= DNS_HOSTS; i++)
     n += (size_t)snprintf(text + n, sizeof text - n,
                           "h%d.example.test A\nh%d.example.test TXT\n", i, i);
   tmp_path(queries, qcap, "queries");
-  write_file(queries, text, n, 0644);
+  assert_true(drv_write_file(queries, text, n, 0644));
 }
 
 /* Waits (up to ~5 s) until the server on port ps answers for the zone:
@@ -531,9 +496,10 @@ static void dns_wait_ready(const char *ps) {
   char out[128], buf[256];
   tmp_path(out, sizeof out, "dig-ready.out");
   for (int i = 0; i < 50; i++) {
-    run((const char *const[]){DIG, "+time=1", "+tries=1", "+short",
-                              "@127.0.0.1", "-p", ps, "h1.example.test", NULL},
-        out, 5);
+    drv_run((const char *const[]){DIG, "+time=1", "+tries=1", "+short",
+                                  "@127.0.0.1", "-p", ps, "h1.example.test",
+                                  NULL},
+            out, 5);
     drv_slurp(out, buf, sizeof buf);
     if (strcmp(buf, "10.0.0.1\n") == 0) return;
     usleep(50000);
@@ -577,16 +543,17 @@ static int dns_batches(const char *ps, const char *queries) {
 static bool dns_tcp_ok(const char *ps) {
   char out[128], buf[256];
   tmp_path(out, sizeof out, "dig-tcp.out");
-  int st = run((const char *const[]){DIG, "+tcp", "+short", "@127.0.0.1", "-p",
-                                     ps, "h7.example.test", "TXT", NULL},
-               out, 10);
+  int st =
+      drv_run((const char *const[]){DIG, "+tcp", "+short", "@127.0.0.1", "-p",
+                                    ps, "h7.example.test", "TXT", NULL},
+              out, 10);
   drv_slurp(out, buf, sizeof buf);
   return st == 0 && strcmp(buf, "\"host number 7\"\n") == 0;
 }
 
 static void test_named(void **state) {
   (void)state;
-  if (!installed((const char *const[]){NAMED, DIG, NULL})) skip();
+  if (!drv_installed((const char *const[]){NAMED, DIG, NULL})) skip();
   char conf[128], zone[128], queries[128], err[128], out[128];
   write_zone(zone, sizeof zone, queries, sizeof queries);
   int port = drv_free_port();
@@ -610,14 +577,14 @@ static void test_named(void **state) {
   bool tcp_ok = dns_tcp_ok(ps);
   static char buf[16384];
   tmp_path(out, sizeof out, "dig-axfr.out");
-  int st2 = run((const char *const[]){DIG, "+short", "@127.0.0.1", "-p", ps,
-                                      "example.test", "AXFR", NULL},
-                out, 10);
+  int st2 = drv_run((const char *const[]){DIG, "+short", "@127.0.0.1", "-p", ps,
+                                          "example.test", "AXFR", NULL},
+                    out, 10);
   drv_slurp(out, buf, sizeof buf);
   /* SOA twice, NS, ns1's A, and every host's A and TXT. */
   size_t axfr = count(buf, "\n");
   int threads = drv_os_threads(pid);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("named -n 4 under iofiber-run: %d/%d UDP batches of %d "
                 "answers, TCP %s, AXFR %zu records; %d OS thread(s); exit "
                 "%d on SIGTERM\n",
@@ -635,14 +602,14 @@ static void test_named(void **state) {
 
 static void test_pdns_recursor(void **state) {
   (void)state;
-  if (!installed((const char *const[]){PDNS_RECURSOR, DIG, NULL})) skip();
+  if (!drv_installed((const char *const[]){PDNS_RECURSOR, DIG, NULL})) skip();
   char conf_dir[128], zone[128], queries[128], err[128], conf[160];
   char local[32], auth[192];
   write_zone(zone, sizeof zone, queries, sizeof queries);
   tmp_path(conf_dir, sizeof conf_dir, "pdns");
   assert_int_equal(mkdir(conf_dir, 0755), 0);
   snprintf(conf, sizeof conf, "%s/recursor.conf", conf_dir);
-  write_file(conf, "", 0, 0644);
+  assert_true(drv_write_file(conf, "", 0, 0644));
   int port = drv_free_port();
   snprintf(local, sizeof local, "--local-port=%d", port);
   snprintf(auth, sizeof auth, "--auth-zones=example.test=%s", zone);
@@ -664,7 +631,7 @@ static void test_pdns_recursor(void **state) {
   int batches_ok = dns_batches(ps, queries);
   bool tcp_ok = dns_tcp_ok(ps);
   int threads = drv_os_threads(pid);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("pdns_recursor --threads=2 under iofiber-run: %d/%d UDP "
                 "batches of %d answers, TCP %s; %d OS thread(s); exit %d on "
                 "SIGTERM\n",
@@ -685,7 +652,8 @@ static void test_pdns_recursor(void **state) {
 
 static void test_mosquitto(void **state) {
   (void)state;
-  if (!installed((const char *const[]){MOSQUITTO, MOSQ_PUB, MOSQ_SUB, NULL}))
+  if (!drv_installed(
+          (const char *const[]){MOSQUITTO, MOSQ_PUB, MOSQ_SUB, NULL}))
     skip();
   char conf[128], err[128], lines[128];
   int port = drv_free_port();
@@ -698,7 +666,7 @@ static void test_mosquitto(void **state) {
   for (int i = 0; i < MQ_MESSAGES; i++)
     n += (size_t)snprintf(text + n, sizeof text - n, "message %d\n", i);
   tmp_path(lines, sizeof lines, "messages");
-  write_file(lines, text, n, 0644);
+  assert_true(drv_write_file(lines, text, n, 0644));
   tmp_path(err, sizeof err, "mosquitto.err");
   pid_t pid = start(
       (const char *const[]){IOF_RUN_PATH, MOSQUITTO, "-v", "-c", conf, NULL},
@@ -746,7 +714,7 @@ static void test_mosquitto(void **state) {
       subs_ok++;
   }
   int threads = drv_os_threads(pid);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("mosquitto under iofiber-run: %d/%d publishers done, %d/%d "
                 "subscribers got all %d messages; %d OS thread(s); exit %d "
                 "on SIGTERM\n",
@@ -817,20 +785,20 @@ static const char zmq_script[] =
 
 static void test_pyzmq(void **state) {
   (void)state;
-  if (!installed((const char *const[]){PYTHON, NULL})) skip();
+  if (!drv_installed((const char *const[]){PYTHON, NULL})) skip();
   char script[128], out[128], buf[4096], ps[16];
   /* pyzmq installed? */
   tmp_path(out, sizeof out, "pyzmq.out");
-  if (run((const char *const[]){PYTHON, "-c", "import zmq", NULL}, out, 10))
+  if (drv_run((const char *const[]){PYTHON, "-c", "import zmq", NULL}, out, 10))
     skip();
   write_text(script, sizeof script, "zmq_threads.py", 0644, "%s", zmq_script);
   snprintf(ps, sizeof ps, "%d", drv_free_port());
-  int st = run((const char *const[]){IOF_RUN_PATH, PYTHON, script, ps, NULL},
-               out, 30);
+  int st = drv_run(
+      (const char *const[]){IOF_RUN_PATH, PYTHON, script, ps, NULL}, out, 30);
   drv_slurp(out, buf, sizeof buf);
   print_message("python3 + pyzmq under iofiber-run: exit %d: %s", st, buf);
-  long replies = figure(buf, "replies "), push = figure(buf, "push ");
-  long threads = figure(buf, "threads ");
+  long replies = drv_figure(buf, "replies "), push = drv_figure(buf, "push ");
+  long threads = drv_figure(buf, "threads ");
   assert_int_equal(st, 0);
   assert_int_equal(replies, 20 * 100);
   assert_int_equal(push, 5 * 1000 * 3); /* 1 + 2 + ... + 5, 1,000 times */
@@ -878,20 +846,21 @@ static const char grpc_script[] =
 
 static void test_grpc(void **state) {
   (void)state;
-  if (!installed((const char *const[]){PYTHON, NULL})) skip();
+  if (!drv_installed((const char *const[]){PYTHON, NULL})) skip();
   char script[128], out[128], buf[4096];
   tmp_path(out, sizeof out, "grpc.out");
-  if (run((const char *const[]){PYTHON, "-c", "import grpc", NULL}, out, 10))
+  if (drv_run((const char *const[]){PYTHON, "-c", "import grpc", NULL}, out,
+              10))
     skip();
   write_text(script, sizeof script, "grpc_threads.py", 0644, "%s", grpc_script);
-  int st =
-      run((const char *const[]){IOF_RUN_PATH, PYTHON, script, NULL}, out, 30);
+  int st = drv_run((const char *const[]){IOF_RUN_PATH, PYTHON, script, NULL},
+                   out, 30);
   drv_slurp(out, buf, sizeof buf);
   print_message("python3 + grpcio under iofiber-run: exit %d: %s", st, buf);
   assert_int_equal(st, 0);
   /* Each client's 100 unary calls and one stream of 50 items. */
-  assert_int_equal(figure(buf, "answers "), 10 * (100 + 50));
-  check_threads("python3 with gRPC", (int)figure(buf, "threads "));
+  assert_int_equal(drv_figure(buf, "answers "), 10 * (100 + 50));
+  check_threads("python3 with gRPC", (int)drv_figure(buf, "threads "));
 }
 
 /* ---- ruby -------------------------------------------------------------- */
@@ -916,25 +885,18 @@ static const char ruby_script[] =
 
 static void test_ruby(void **state) {
   (void)state;
-  if (!installed((const char *const[]){RUBY, NULL})) skip();
+  if (!drv_installed((const char *const[]){RUBY, NULL})) skip();
   char script[128], out[128], buf[4096];
   write_text(script, sizeof script, "threads.rb", 0644, "%s", ruby_script);
   tmp_path(out, sizeof out, "ruby.out");
   int st =
-      run((const char *const[]){IOF_RUN_PATH, RUBY, script, NULL}, out, 30);
+      drv_run((const char *const[]){IOF_RUN_PATH, RUBY, script, NULL}, out, 30);
   drv_slurp(out, buf, sizeof buf);
   print_message("ruby threads under iofiber-run: exit %d: %s", st, buf);
   assert_int_equal(st, 0);
-  assert_int_equal(figure(buf, "answers "), 20 * 50);
-  assert_int_equal(figure(buf, "served "), 20);
-  check_threads("ruby", (int)figure(buf, "threads "));
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int type,
-                    struct FTW *ftw) {
-  (void)sb, (void)type, (void)ftw;
-  remove(path);
-  return 0;
+  assert_int_equal(drv_figure(buf, "answers "), 20 * 50);
+  assert_int_equal(drv_figure(buf, "served "), 20);
+  check_threads("ruby", (int)drv_figure(buf, "threads "));
 }
 
 int main(void) {
@@ -951,6 +913,6 @@ int main(void) {
       cmocka_unit_test(test_ruby),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
-  nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  drv_remove_tree(tmpdir);
   return r;
 }

@@ -15,7 +15,6 @@
  * installed is skipped (scripts/install-deps.sh installs them). */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -53,26 +52,6 @@ static void tmp_path(char *out, size_t cap, const char *name) {
   snprintf(out, cap, "%s/%s", tmpdir, name);
 }
 
-static bool installed(const char *const *paths) {
-  for (; *paths; paths++)
-    if (access(*paths, X_OK)) return false;
-  return true;
-}
-
-/* Runs argv to its end (at most `seconds`), its stdout to `out`; its exit
- * status, or -1. */
-static int run(const char *const *argv, const char *out, int seconds) {
-  pid_t pid = drv_spawn(argv, -1, out, NULL);
-  return pid < 0 ? -1 : drv_wait_exit(pid, seconds);
-}
-
-/* Stops the server with SIGTERM; its exit status (-1: still running after
- * 10 s, then killed). */
-static int stop(pid_t pid) {
-  kill(pid, SIGTERM);
-  return drv_wait_exit(pid, 10);
-}
-
 /* ---- memcached --------------------------------------------------------- */
 
 /* memcached's counter `name` from its "stats" command, or -1. */
@@ -101,7 +80,8 @@ static long mc_stat(int port, const char *name) {
 
 static void test_memcached(void **state) {
   (void)state;
-  if (!installed((const char *const[]){MEMCACHED, MEMCSLAP, MEMCCAPABLE, NULL}))
+  if (!drv_installed(
+          (const char *const[]){MEMCACHED, MEMCSLAP, MEMCCAPABLE, NULL}))
     skip();
   char err[128], out[128], ps[16], server[32];
   tmp_path(err, sizeof err, "memcached.err");
@@ -115,34 +95,35 @@ static void test_memcached(void **state) {
   if (geteuid() == 0) argv[12] = "-u", argv[13] = "nobody";
   pid_t pid = drv_spawn(argv, -1, NULL, err);
   if (!drv_wait_listening(port, pid)) {
-    stop(pid);
+    drv_stop(pid);
     fail_msg("not listening on %d", port);
   }
 
   char servers[48];
   snprintf(servers, sizeof servers, "--servers=%s", server);
   int st =
-      run((const char *const[]){MEMCSLAP, servers, "--concurrency=100",
-                                "--execute-number=100", "--test=set", NULL},
-          out, 15);
+      drv_run((const char *const[]){MEMCSLAP, servers, "--concurrency=100",
+                                    "--execute-number=100", "--test=set", NULL},
+              out, 15);
   long sets = mc_stat(port, "cmd_set");
   /* The get test stores its 100 keys, then reads each 100 times. */
-  int st2 = run((const char *const[]){MEMCSLAP, servers, "--concurrency=100",
-                                      "--execute-number=100", "--test=get",
-                                      "--binary", NULL},
-                out, 15);
+  int st2 =
+      drv_run((const char *const[]){MEMCSLAP, servers, "--concurrency=100",
+                                    "--execute-number=100", "--test=get",
+                                    "--binary", NULL},
+              out, 15);
   long sets2 = mc_stat(port, "cmd_set");
   long gets = mc_stat(port, "cmd_get"), hits = mc_stat(port, "get_hits");
   long conns = mc_stat(port, "total_connections");
   int threads = drv_os_threads(pid);
   char cap_out[128], buf[65536];
   tmp_path(cap_out, sizeof cap_out, "memccapable.out");
-  int st3 =
-      run((const char *const[]){MEMCCAPABLE, "-h", "127.0.0.1", "-p", ps, NULL},
-          cap_out, 30);
+  int st3 = drv_run(
+      (const char *const[]){MEMCCAPABLE, "-h", "127.0.0.1", "-p", ps, NULL},
+      cap_out, 30);
   drv_slurp(cap_out, buf, sizeof buf);
   bool all_passed = strstr(buf, "All tests passed") != NULL;
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("memcached under iofiber-run: memcslap exits %d %d, %ld sets, "
                 "%ld gets, %ld hits, %ld connections; memccapable exit %d%s; "
                 "%d OS thread(s); exit %d on SIGTERM\n",
@@ -164,23 +145,9 @@ static void test_memcached(void **state) {
 
 /* ---- civetweb ---------------------------------------------------------- */
 
-/* The number after `label` in ab's report, or -1. */
-static long ab_figure(const char *report, const char *label) {
-  const char *p = strstr(report, label);
-  return p ? strtol(p + strlen(label), NULL, 10) : -1;
-}
-
-static void write_file(const char *path, const void *data, size_t n,
-                       mode_t mode) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, data, n), (ssize_t)n);
-  close(fd);
-}
-
 static void test_civetweb(void **state) {
   (void)state;
-  if (!installed((const char *const[]){CIVETWEB, AB, SH, NULL})) skip();
+  if (!drv_installed((const char *const[]){CIVETWEB, AB, SH, NULL})) skip();
   char root[128], cgi_dir[160], path[192], body[128], err[128], out[128];
   tmp_path(root, sizeof root, "www");
   assert_int_equal(mkdir(root, 0755), 0);
@@ -190,15 +157,15 @@ static void test_civetweb(void **state) {
   for (size_t i = 0; i < sizeof data; i++)
     data[i] = (unsigned char)(i * 13 + i / 253);
   snprintf(path, sizeof path, "%s/file.bin", root);
-  write_file(path, data, FILE_BYTES, 0644);
+  assert_true(drv_write_file(path, data, FILE_BYTES, 0644));
   /* Echoes the query and counts the body it reads from stdin. */
   static const char script[] =
       "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n"
       "echo \"q=$QUERY_STRING\"\nhead -c \"$CONTENT_LENGTH\" | wc -c\n";
   snprintf(path, sizeof path, "%s/count.cgi", cgi_dir);
-  write_file(path, script, sizeof script - 1, 0755);
+  assert_true(drv_write_file(path, script, sizeof script - 1, 0755));
   tmp_path(body, sizeof body, "post.bin");
-  write_file(body, data, POST_BYTES, 0644);
+  assert_true(drv_write_file(body, data, POST_BYTES, 0644));
   tmp_path(err, sizeof err, "civetweb.err");
   tmp_path(out, sizeof out, "ab.out");
 
@@ -212,33 +179,33 @@ static void test_civetweb(void **state) {
                             "**.cgi$", NULL},
       -1, NULL, err);
   if (!drv_wait_listening(port, pid)) {
-    stop(pid);
+    drv_stop(pid);
     fail_msg("not listening on %d", port);
   }
 
   char url[96], report[8192];
   snprintf(url, sizeof url, "http://%s/file.bin", listen);
-  int st = run((const char *const[]){AB, "-q", "-k", "-n", "3000", "-c", "50",
-                                     url, NULL},
-               out, 20);
+  int st = drv_run((const char *const[]){AB, "-q", "-k", "-n", "3000", "-c",
+                                         "50", url, NULL},
+                   out, 20);
   drv_slurp(out, report, sizeof report);
-  long done = ab_figure(report, "Complete requests:");
-  long failed = ab_figure(report, "Failed requests:");
-  long kept = ab_figure(report, "Keep-Alive requests:");
-  long length = ab_figure(report, "Document Length:");
+  long done = drv_figure(report, "Complete requests:");
+  long failed = drv_figure(report, "Failed requests:");
+  long kept = drv_figure(report, "Keep-Alive requests:");
+  long length = drv_figure(report, "Document Length:");
 
   snprintf(url, sizeof url, "http://%s/cgi/count.cgi?a=b", listen);
-  int st2 =
-      run((const char *const[]){AB, "-q", "-n", "300", "-c", "50", "-p", body,
-                                "-T", "application/octet-stream", url, NULL},
-          out, 20);
+  int st2 = drv_run(
+      (const char *const[]){AB, "-q", "-n", "300", "-c", "50", "-p", body, "-T",
+                            "application/octet-stream", url, NULL},
+      out, 20);
   drv_slurp(out, report, sizeof report);
-  long cgi_done = ab_figure(report, "Complete requests:");
-  long cgi_failed = ab_figure(report, "Failed requests:");
-  long non2xx = ab_figure(report, "Non-2xx responses:");
-  long cgi_length = ab_figure(report, "Document Length:");
+  long cgi_done = drv_figure(report, "Complete requests:");
+  long cgi_failed = drv_figure(report, "Failed requests:");
+  long non2xx = drv_figure(report, "Non-2xx responses:");
+  long cgi_length = drv_figure(report, "Document Length:");
   int threads = drv_os_threads(pid);
-  int exit_st = stop(pid);
+  int exit_st = drv_stop(pid);
   print_message("civetweb under iofiber-run: file %ld/3000 (%ld failed, %ld "
                 "kept alive, %ld bytes), CGI %ld/300 (%ld failed, %ld bytes); "
                 "%d OS thread(s); exit %d on SIGTERM\n",
@@ -260,13 +227,6 @@ static void test_civetweb(void **state) {
   assert_int_equal(exit_st, 0);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int type,
-                    struct FTW *ftw) {
-  (void)sb, (void)type, (void)ftw;
-  remove(path);
-  return 0;
-}
-
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   if (!mkdtemp(tmpdir)) return 1;
@@ -275,6 +235,6 @@ int main(void) {
       cmocka_unit_test(test_civetweb),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
-  nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  drv_remove_tree(tmpdir);
   return r;
 }
