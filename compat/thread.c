@@ -825,6 +825,10 @@ int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
 }
 
 void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *)) {
+  if (!ti || !real) { /* a loader's call never has these */
+    errno = EINVAL;
+    return NULL;
+  }
   return iof__tls_dyn_addr(ti, real);
 }
 

@@ -2123,6 +2123,24 @@ static int more_thread_calls_in_a_fiber_thread(void *arg) {
   return 0;
 }
 
+static void *fake_tls_get_addr(void *ti) {
+  return ti;
+}
+
+/* iof_compat_tls_get_addr: what the loader never passes is EINVAL; a
+ * module id no module has is the loader's business (real gets it). */
+static void compat_tls_get_addr_bad_arguments(void **state) {
+  (void)state;
+  unsigned long ti[2] = {1u << 20, 0};
+  errno = 0;
+  assert_null(iof_compat_tls_get_addr(NULL, fake_tls_get_addr));
+  assert_int_equal(errno, EINVAL);
+  errno = 0;
+  assert_null(iof_compat_tls_get_addr(ti, NULL));
+  assert_int_equal(errno, EINVAL);
+  assert_ptr_equal(iof_compat_tls_get_addr(ti, fake_tls_get_addr), ti);
+}
+
 static void compat_more_thread_calls(void **state) {
   (void)state;
   both_ways(more_thread_calls);
@@ -2213,6 +2231,8 @@ int main(void) {
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_more_io_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_more_thread_calls, reset, disarm),
+      cmocka_unit_test_setup_teardown(compat_tls_get_addr_bad_arguments, reset,
+                                      disarm),
       cmocka_unit_test_setup_teardown(compat_mutual_join_is_edeadlk, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_rwlock_try_busy, reset, disarm),

@@ -167,7 +167,8 @@ IOF_API int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
  * (its thread-locals in dynamic TLS, one block per OS thread) gets a block
  * of the fiber thread's own, so each "thread" has its values as it would
  * with threads (Python's C++ extension modules: gRPC's execution context).
- * Elsewhere, and for modules in static TLS, real(ti). */
+ * Elsewhere, and for modules in static TLS, real(ti). NULL and errno
+ * EINVAL for a NULL ti or real; real(ti) when out of memory. */
 IOF_API void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *));
 #endif
 
