@@ -832,6 +832,16 @@ void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *)) {
   return iof__tls_dyn_addr(ti, real);
 }
 
+int iof_compat_dlclose(void *handle) {
+  if (!handle) { /* glibc's would dereference it */
+    errno = EINVAL;
+    return -1;
+  }
+  int r = iof__libc.dlclose(handle);
+  if (r == 0) iof__tls_modules_closed();
+  return r;
+}
+
 int iof_compat_pthread_join(pthread_t thread, void **retval) {
   if (!record_of(thread)) return iof__libc.pthread_join(thread, retval);
   return join(thread, retval, -1, false);

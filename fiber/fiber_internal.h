@@ -191,11 +191,15 @@ typedef struct iof__tls_area {
   atomic_flag lk;  /* held while values move in or out */
   /* Blocks of modules loaded later (dynamic TLS), by module id: the
    * owner's own, on the heap, made on its first access (only the owner
-   * touches them; freed with the area). main (inherit) has none: it uses
-   * the OS thread's. */
+   * touches them; freed with the area, or once their module is unloaded:
+   * gen is the id's generation they were made in). main (inherit) has
+   * none: it uses the OS thread's. */
   bool os_blocks;
   unsigned n_dyn;
-  void **dyn;
+  struct iof__tls_dyn {
+    void *block;
+    unsigned gen;
+  } * dyn;
   _Alignas(16) unsigned char buf[];
 } iof__tls_area;
 
@@ -223,6 +227,11 @@ IOF_HIDDEN void iof__tls_restore(iof__tls_area *a);
 IOF_HIDDEN bool iof__tls_owns(const void *addr);
 /* Or in a block of a module loaded later, which the fiber thread owns. */
 IOF_HIDDEN bool iof__tls_owns_dyn(const void *addr);
+/* After a dlclose: module ids no longer loaded forget what they were, and
+ * blocks made for them are dropped at their owner's next access (the
+ * loader gives a freed id to the next module it loads). */
+IOF_HIDDEN void iof__tls_modules_closed(void);
+
 /* __tls_get_addr for the calling fiber thread (iof_compat_tls_get_addr). */
 IOF_HIDDEN void *iof__tls_dyn_addr(void *ti, void *(*real)(void *));
 

@@ -33,7 +33,8 @@ static void fill_from_libc(iof__libc_fns *tp) {
   void *h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
   if (!h) return;
   IOF__LIBC_CALLS(FROM_LIBC)
-  dlclose(h);
+  /* The handle is kept (libc is never unloaded): dlclose here would be the
+   * hook's, which needs this table. */
 }
 #undef FROM_LIBC
 

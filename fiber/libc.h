@@ -12,6 +12,7 @@
 #ifndef IOF_FIBER_LIBC_H
 #define IOF_FIBER_LIBC_H
 
+#include <dlfcn.h>
 #include <mqueue.h>
 #include <netdb.h>
 #include <poll.h>
@@ -197,6 +198,7 @@
     (pthread_barrier_t *, const pthread_barrierattr_t *, unsigned))            \
   X(int, pthread_barrier_destroy, (pthread_barrier_t *))                       \
   X(int, pthread_barrier_wait, (pthread_barrier_t *))                          \
+  X(int, dlclose, (void *))                                                    \
   X(int, pthread_key_create, (pthread_key_t *, void (*)(void *)))              \
   X(int, pthread_key_delete, (pthread_key_t))                                  \
   X(void *, pthread_getspecific, (pthread_key_t))                              \

@@ -159,6 +159,7 @@
 #define pthread_barrier_destroy(...)                                           \
   iof__libc.pthread_barrier_destroy(__VA_ARGS__)
 #define pthread_barrier_wait(...) iof__libc.pthread_barrier_wait(__VA_ARGS__)
+#define dlclose(...) iof__libc.dlclose(__VA_ARGS__)
 #define pthread_key_create(...) iof__libc.pthread_key_create(__VA_ARGS__)
 #define pthread_key_delete(...) iof__libc.pthread_key_delete(__VA_ARGS__)
 #define pthread_getspecific(...) iof__libc.pthread_getspecific(__VA_ARGS__)

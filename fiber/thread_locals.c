@@ -70,7 +70,9 @@ static int mode;
 enum { DYN_UNKNOWN, DYN_PER_OS_THREAD, DYN_PER_FIBER };
 static struct {
   atomic_uchar kind;
-  bool at_start; /* in static TLS since the start (seen by the probe) */
+  atomic_uint gen; /* bumped when the id's module is unloaded */
+  bool at_start;   /* in static TLS since the start (seen by the probe) */
+  uintptr_t base;  /* the module's load address, once classified */
   const void *image;
   size_t filesz, memsz, align;
 } D[DYN_MODS];
@@ -177,8 +179,13 @@ static int look(struct dl_phdr_info *info, size_t size, void *p) {
       !(tls && info->dlpi_tls_data &&
         in(&iof__tls_state, info->dlpi_tls_data, tls->p_memsz)))
     list_needed(info, c);
-  if (tls && info->dlpi_tls_data && info->dlpi_tls_modid < DYN_MODS)
+  if (tls && info->dlpi_tls_data && info->dlpi_tls_modid < DYN_MODS) {
+    /* Its __tls_get_addr calls go to the loader: decided here, so that
+     * they never look at the thread (iof__tls_dyn_addr). */
     D[info->dlpi_tls_modid].at_start = true;
+    atomic_store_explicit(&D[info->dlpi_tls_modid].kind, DYN_PER_OS_THREAD,
+                          memory_order_release);
+  }
   if (!tls || !tls->p_memsz || !info->dlpi_tls_data || B.n == SEGS_MAX)
     return 0;
   const char *name = info->dlpi_name ? info->dlpi_name : "";
@@ -249,7 +256,7 @@ static void unlock(iof__tls_area *a) {
 
 static void release(iof__tls_area *a) {
   if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1) return;
-  for (unsigned i = 0; i < a->n_dyn; i++) free(a->dyn[i]);
+  for (unsigned i = 0; i < a->n_dyn; i++) free(a->dyn[i].block);
   free(a->dyn);
   free(a);
 }
@@ -383,7 +390,9 @@ bool iof__tls_owns_dyn(const void *addr) {
   if (!th || !th->current->tls_on) return false;
   iof__tls_area *a = th->current->tls;
   for (unsigned i = 0; a && i < a->n_dyn; i++)
-    if (a->dyn[i] && in(addr, a->dyn[i], D[i].memsz)) return true;
+    if (a->dyn[i].block && a->dyn[i].gen == atomic_load(&D[i].gen) &&
+        in(addr, a->dyn[i].block, D[i].memsz))
+      return true;
   return false;
 }
 
@@ -407,6 +416,7 @@ static int find_module(struct dl_phdr_info *info, size_t size, void *p) {
   (void)size;
   dyn_find *f = p;
   if (info->dlpi_tls_modid != f->id) return 0;
+  D[f->id].base = info->dlpi_addr;
   const ElfW(Phdr) *tls = NULL;
   for (int i = 0; i < info->dlpi_phnum; i++)
     if (info->dlpi_phdr[i].p_type == PT_TLS) tls = &info->dlpi_phdr[i];
@@ -439,11 +449,11 @@ static int classify(unsigned long id) {
 }
 
 /* The fiber thread's block of module id, made from the module's initial
- * image; NULL without memory. */
-static void *dyn_block(iof__tls_area *a, unsigned long id) {
+ * image in generation gen; NULL without memory. */
+static void *dyn_block(iof__tls_area *a, unsigned long id, unsigned gen) {
   if (id >= a->n_dyn) {
     unsigned n = (unsigned)id + 8 < DYN_MODS ? (unsigned)id + 8 : DYN_MODS;
-    void **t = realloc(a->dyn, n * sizeof *t);
+    struct iof__tls_dyn *t = realloc(a->dyn, n * sizeof *t);
     if (!t) return NULL;
     memset(t + a->n_dyn, 0, (n - a->n_dyn) * sizeof *t);
     a->dyn = t;
@@ -455,21 +465,70 @@ static void *dyn_block(iof__tls_area *a, unsigned long id) {
   if (!b) return NULL;
   memcpy(b, D[id].image, D[id].filesz);
   memset(b + D[id].filesz, 0, size - D[id].filesz);
-  a->dyn[id] = b;
+  a->dyn[id] = (struct iof__tls_dyn){b, gen};
   return b;
+}
+
+/* Which classified ids still name the module they were classified for. */
+typedef struct dyn_live {
+  bool live[DYN_MODS];
+} dyn_live;
+
+static int mark_live(struct dl_phdr_info *info, size_t size, void *p) {
+  (void)size;
+  size_t id = info->dlpi_tls_modid;
+  if (id && id < DYN_MODS && D[id].base == info->dlpi_addr)
+    ((dyn_live *)p)->live[id] = true;
+  return 0;
+}
+
+void iof__tls_modules_closed(void) {
+  dyn_live *l = calloc(1, sizeof *l);
+  if (!l) return; /* blocks stay as they are: as before the dlclose */
+  while (atomic_flag_test_and_set_explicit(&dyn_lk, memory_order_acquire)) {
+  }
+  dl_iterate_phdr(mark_live, l);
+  for (size_t id = 1; id < DYN_MODS; id++) {
+    if (l->live[id] || D[id].at_start ||
+        atomic_load_explicit(&D[id].kind, memory_order_relaxed) == DYN_UNKNOWN)
+      continue;
+    D[id].image = NULL;
+    D[id].base = 0;
+    atomic_fetch_add_explicit(&D[id].gen, 1, memory_order_relaxed);
+    atomic_store_explicit(&D[id].kind, DYN_UNKNOWN, memory_order_release);
+  }
+  atomic_flag_clear_explicit(&dyn_lk, memory_order_release);
+  free(l);
+}
+
+/* force_align_arg_pointer: the loader's callers may misalign the stack
+ * (see the hook), and this one calls the allocator. */
+__attribute__((noinline, force_align_arg_pointer)) static void *
+dyn_addr_slow(const unsigned long *index, void *(*real)(void *), int k) {
+  unsigned long id = index[0];
+  iof_thread_state *th = iof__thread_peek();
+  iof_fiber *f = th ? th->current : NULL;
+  iof__tls_area *a = f && f->tls_on ? f->tls : NULL;
+  if (!a || a->os_blocks) return real((void *)index);
+  unsigned gen = atomic_load_explicit(&D[id].gen, memory_order_acquire);
+  if (id < a->n_dyn && a->dyn[id].block) {
+    if (a->dyn[id].gen == gen) return (char *)a->dyn[id].block + index[1];
+    free(a->dyn[id].block); /* its module was unloaded */
+    a->dyn[id].block = NULL;
+  }
+  if (k == DYN_UNKNOWN) k = classify(id);
+  if (k != DYN_PER_FIBER) return real((void *)index);
+  void *b = dyn_block(a, id, gen);
+  return b ? (char *)b + index[1] : real((void *)index);
 }
 
 void *iof__tls_dyn_addr(void *ti, void *(*real)(void *)) {
   const unsigned long *index = ti; /* module id, offset */
   unsigned long id = index[0];
-  iof_thread_state *th = iof__thread_peek();
-  iof_fiber *f = th ? th->current : NULL;
-  iof__tls_area *a = f && f->tls_on ? f->tls : NULL;
-  if (!a || a->os_blocks || id >= DYN_MODS) return real(ti);
-  if (id < a->n_dyn && a->dyn[id]) return (char *)a->dyn[id] + index[1];
+  if (id >= DYN_MODS) return real(ti);
+  /* Most calls are for libraries whose blocks are per OS thread: no look
+   * at the thread for those, and a tail call to the loader's. */
   int k = atomic_load_explicit(&D[id].kind, memory_order_acquire);
-  if (k == DYN_UNKNOWN) k = classify(id);
-  if (k != DYN_PER_FIBER) return real(ti);
-  void *b = dyn_block(a, id);
-  return b ? (char *)b + index[1] : real(ti);
+  if (__builtin_expect(k == DYN_PER_OS_THREAD, 1)) return real(ti);
+  return dyn_addr_slow(index, real, k);
 }

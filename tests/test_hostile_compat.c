@@ -11,6 +11,7 @@
 
 #include <iofiber/iofiber.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -2141,6 +2142,18 @@ static void compat_tls_get_addr_bad_arguments(void **state) {
   assert_ptr_equal(iof_compat_tls_get_addr(ti, fake_tls_get_addr), ti);
 }
 
+/* A NULL handle (glibc's dlclose dereferences it) is refused; a real one
+ * closes. */
+static void compat_dlclose_bad_handle(void **state) {
+  (void)state;
+  errno = 0;
+  assert_int_equal(iof_compat_dlclose(NULL), -1);
+  assert_int_equal(errno, EINVAL);
+  void *h = dlopen("libm.so.6", RTLD_NOW);
+  assert_non_null(h);
+  assert_int_equal(iof_compat_dlclose(h), 0);
+}
+
 static void compat_more_thread_calls(void **state) {
   (void)state;
   both_ways(more_thread_calls);
@@ -2233,6 +2246,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(compat_more_thread_calls, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_tls_get_addr_bad_arguments, reset,
                                       disarm),
+      cmocka_unit_test_setup_teardown(compat_dlclose_bad_handle, reset, disarm),
       cmocka_unit_test_setup_teardown(compat_mutual_join_is_edeadlk, reset,
                                       disarm),
       cmocka_unit_test_setup_teardown(compat_rwlock_try_busy, reset, disarm),

@@ -250,6 +250,7 @@
     (b, a, n))                                                                 \
   X(OBJ, int, pthread_barrier_destroy, (pthread_barrier_t * b), (b))           \
   X(OBJ, int, pthread_barrier_wait, (pthread_barrier_t * b), (b))              \
+  X(OBJ, int, dlclose, (void *h), (h))                                         \
   X(OBJ, int, pthread_cond_signal, (pthread_cond_t * c), (c))                  \
   X(OBJ, int, pthread_cond_broadcast, (pthread_cond_t * c), (c))               \
   X(OBJ, int, pthread_rwlock_init,                                             \
@@ -780,20 +781,25 @@ IOF_HOOK_API int __cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
  * keeps one block per OS thread, which the fiber threads of one OS thread
  * would share; compat gives each its own. Reached only from code built
  * for the traditional TLS dialect (TLS descriptors go to the loader
- * directly). Some compilers call it with the stack misaligned (glibc's
- * realigns it). */
+ * directly), on every access of a library's thread-local: the usual call
+ * is two tail calls to the loader's. Some compilers call it with the
+ * stack misaligned: the calls that need alignment realign it (glibc's
+ * too), so the first lookup, which calls dlsym, runs apart. */
 typedef void *(*tls_get_addr_fn)(void *);
 static _Atomic(tls_get_addr_fn) real_tls_get_addr;
 
+__attribute__((noinline, force_align_arg_pointer)) static tls_get_addr_fn
+find_tls_get_addr(void) {
+  tls_get_addr_fn real = (tls_get_addr_fn)dlsym(RTLD_NEXT, "__tls_get_addr");
+  atomic_store_explicit(&real_tls_get_addr, real, memory_order_relaxed);
+  return real;
+}
+
 void *__tls_get_addr(void *ti);
-IOF_HOOK_API __attribute__((force_align_arg_pointer)) void *
-__tls_get_addr(void *ti) {
+IOF_HOOK_API void *__tls_get_addr(void *ti) {
   tls_get_addr_fn real =
       atomic_load_explicit(&real_tls_get_addr, memory_order_relaxed);
-  if (!real) {
-    real = (tls_get_addr_fn)dlsym(RTLD_NEXT, "__tls_get_addr");
-    atomic_store_explicit(&real_tls_get_addr, real, memory_order_relaxed);
-  }
+  if (__builtin_expect(!real, 0)) real = find_tls_get_addr();
   if (iof_compat_tls_get_addr) return iof_compat_tls_get_addr(ti, real);
   return real(ti);
 }

@@ -170,6 +170,14 @@ IOF_API int iof_compat_cxa_thread_atexit_impl(void (*fn)(void *), void *obj,
  * Elsewhere, and for modules in static TLS, real(ti). NULL and errno
  * EINVAL for a NULL ti or real; real(ti) when out of memory. */
 IOF_API void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *));
+
+/* dlclose(handle), then: the module ids it freed (the loader hands a freed
+ * id to the next module it loads) drop the fiber threads' blocks of the
+ * module that had them, at each owner's next access, so a module loaded
+ * later at that id starts from its own initial values. Returns what
+ * dlclose returns (dlerror() says why it failed); a NULL handle, which
+ * glibc's dereferences, gives -1 and errno EINVAL. */
+IOF_API int iof_compat_dlclose(void *handle);
 #endif
 
 /* Runs init exactly once; concurrent callers (fibers or threads) wait
