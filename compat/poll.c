@@ -7,7 +7,8 @@
  * when poll has just one, the epoll fd for epoll_wait, and otherwise a
  * throwaway epoll set holding the requested events (one epoll_ctl per
  * fd, no allocation; it scales to thousands of fds and knows POLLPRI,
- * which an ev_io does not). */
+ * which an ev_io does not). A fiber thread (compat's pthreads) keeps its
+ * set from one wait to the next instead: see "kept epoll set". */
 #include <iofiber/compat_io.h>
 
 #include "compat/fd_table.h"
@@ -20,6 +21,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 
@@ -124,6 +126,179 @@ static int finish(iof__unwind *g, int ep, int sfd, int r, int werr, int saved) {
   return r;
 }
 
+/* ---- a fiber thread's kept epoll set --------------------------------------
+ * A poll or select loop over many fds waits with the same fds call after
+ * call; a throwaway set costs an epoll_ctl per fd per wait (1,000 idle
+ * fds: a round trip 8x a plain poll's). So a fiber thread keeps the set of
+ * its last such wait: the next one on the same fds (the same numbers still
+ * naming the same files: compat's generations) reuses it, an fd whose
+ * events changed costs one MOD, and any other change builds it anew (a
+ * registration left by a closed number cannot be removed by number once
+ * the number is reused). Its fd sits high, where programs do not pick
+ * numbers; one the program closes or replaces anyway (closefrom) is left
+ * to it and the set made anew. */
+typedef struct pc_ent {
+  int fd;
+  uint32_t ev;
+  unsigned gen;
+} pc_ent;
+
+struct iof__poll_cache {
+  int ep;          /* -1: none */
+  unsigned ep_gen; /* its number's generation: changed, it is not ours */
+  size_t n, cap;
+  pc_ent *have; /* what ep holds, in the caller's order */
+  pc_ent *want; /* the wait being set up */
+};
+
+static unsigned gen_of(int fd) {
+  iof__fd_slot *sl = iof__fd_slot_get(fd);
+  return sl ? atomic_load_explicit(&sl->gen, memory_order_acquire) : 0;
+}
+
+static bool pc_own(const struct iof__poll_cache *pc) {
+  return pc->ep >= 0 && gen_of(pc->ep) == pc->ep_gen;
+}
+
+static void pc_drop_set(struct iof__poll_cache *pc) {
+  if (pc_own(pc)) ep_close(pc->ep);
+  pc->ep = -1;
+  pc->n = 0;
+}
+
+void iof__poll_cache_free(struct iof__poll_cache *pc) {
+  if (!pc) return;
+  pc_drop_set(pc);
+  free(pc->have);
+  free(pc->want);
+  free(pc);
+}
+
+/* The caller's cache with room for n entries, or NULL (not a fiber thread,
+ * or no memory: the throwaway set then). */
+static struct iof__poll_cache *pc_get(size_t n) {
+  struct iof__poll_cache **slot = iof__cthread_poll_cache();
+  if (!slot) return NULL;
+  struct iof__poll_cache *pc = *slot;
+  if (!pc) {
+    pc = calloc(1, sizeof *pc);
+    if (!pc) return NULL;
+    pc->ep = -1;
+    *slot = pc;
+  }
+  if (n > pc->cap) {
+    pc_ent *h = realloc(pc->have, n * sizeof *h);
+    if (h) pc->have = h;
+    pc_ent *w = h ? realloc(pc->want, n * sizeof *w) : NULL;
+    if (w) pc->want = w;
+    if (!h || !w) return NULL;
+    pc->cap = n;
+  }
+  return pc;
+}
+
+/* Records fd for ev in want[k]; false when fd is beyond compat's table
+ * (no generation to trust: no kept set). */
+static bool pc_want(struct iof__poll_cache *pc, size_t k, int fd, uint32_t ev) {
+  iof__fd_slot *sl = iof__fd_slot_get(fd);
+  if (!sl) return false;
+  pc->want[k] =
+      (pc_ent){fd, ev, atomic_load_explicit(&sl->gen, memory_order_acquire)};
+  return true;
+}
+
+/* The union of the events wanted for want[k]'s fd (poll may name an fd
+ * twice). */
+static uint32_t pc_union(const struct iof__poll_cache *pc, size_t m, size_t k) {
+  uint32_t ev = 0;
+  for (size_t j = 0; j < m; j++)
+    if (pc->want[j].fd == pc->want[k].fd) ev |= pc->want[j].ev;
+  return ev;
+}
+
+static int pc_set(int ep, int op, int fd, uint32_t ev) {
+  struct epoll_event e;
+  memset(&e, 0, sizeof e);
+  e.events = ev;
+  e.data.fd = fd;
+  if (epoll_ctl(ep, op, fd, &e) == 0) return 0;
+  if (errno == EPERM || errno == EBADF) return 0; /* see ep_add */
+  return -errno;
+}
+
+/* The kept set made to hold want[0..m): the epoll fd to wait on, or -1
+ * (the set could not be made: the caller's fallback). */
+static int pc_sync(struct iof__poll_cache *pc, size_t m) {
+  bool same = pc_own(pc) && pc->n == m;
+  for (size_t k = 0; same && k < m; k++)
+    same =
+        pc->have[k].fd == pc->want[k].fd && pc->have[k].gen == pc->want[k].gen;
+  if (same) {
+    for (size_t k = 0; k < m; k++) {
+      if (pc->have[k].ev == pc->want[k].ev) continue;
+      int r = pc_set(pc->ep, EPOLL_CTL_MOD, pc->want[k].fd, pc_union(pc, m, k));
+      if (r == -ENOENT) /* an fd that was not in the set (a file) */
+        r = pc_set(pc->ep, EPOLL_CTL_ADD, pc->want[k].fd, pc_union(pc, m, k));
+      if (r < 0) {
+        same = false;
+        break;
+      }
+      pc->have[k].ev = pc->want[k].ev;
+    }
+    if (same) return pc->ep;
+  }
+  pc_drop_set(pc);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) return -1;
+  /* Moved high as the runtime's own are, but not listed: the program may
+   * close it (see above). */
+  ep = iof__rt_fd_adopt(ep);
+  iof__rt_fd_forget(ep);
+  for (size_t k = 0; k < m; k++) {
+    int r = pc_set(ep, EPOLL_CTL_ADD, pc->want[k].fd, pc->want[k].ev);
+    if (r == -EEXIST)
+      r = pc_set(ep, EPOLL_CTL_MOD, pc->want[k].fd, pc_union(pc, k + 1, k));
+    if (r < 0) {
+      ep_close(ep);
+      return -1;
+    }
+  }
+  pc->ep = ep;
+  pc->ep_gen = gen_of(ep);
+  pc->n = m;
+  if (m) memcpy(pc->have, pc->want, m * sizeof *pc->have);
+  return ep;
+}
+
+/* The kept set for a poll array, or -1 (none: the throwaway set). */
+static int pc_poll(const struct pollfd *fds, nfds_t n) {
+  struct iof__poll_cache *pc = pc_get(n);
+  if (!pc) return -1;
+  size_t m = 0;
+  for (nfds_t i = 0; i < n; i++)
+    if (fds[i].fd >= 0 && !pc_want(pc, m++, fds[i].fd, (uint16_t)fds[i].events))
+      return -1;
+  return pc_sync(pc, m);
+}
+
+/* The kept set for select's sets (copies as given), or -1. */
+static int pc_select(int nfds, const fd_set *rd, const fd_set *wr,
+                     const fd_set *ex) {
+  size_t m = 0;
+  for (int fd = 0; fd < nfds; fd++)
+    m += (rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) ||
+         (ex && FD_ISSET(fd, ex));
+  struct iof__poll_cache *pc = pc_get(m);
+  if (!pc) return -1;
+  for (int fd = 0, k = 0; fd < nfds; fd++) {
+    uint32_t ev = (rd && FD_ISSET(fd, rd) ? EPOLLIN : 0) |
+                  (wr && FD_ISSET(fd, wr) ? EPOLLOUT : 0) |
+                  (ex && FD_ISSET(fd, ex) ? EPOLLPRI : 0);
+    if (ev && !pc_want(pc, (size_t)k++, fd, ev)) return -1;
+  }
+  return pc_sync(pc, m);
+}
+
 /* Events for an ev_io when poll watches a single fd, 0 when an ev_io
  * cannot express them (POLLPRI, POLLRDHUP, nothing at all). POLLERR, POLLHUP
  * and POLLNVAL are output only: the kernel ignores them in events and
@@ -219,6 +394,7 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
   int ep = -1, sfd = -1;
   HOLD_FDS();
   bool built = false;
+  int kept = -1; /* the fiber thread's kept set, when waiting on it */
   int nwatch = -1;
   int wfd[IOF__FD_WAIT_ANY_MAX], wev[IOF__FD_WAIT_ANY_MAX];
   bool waited = false;
@@ -249,18 +425,20 @@ static int poll_fiber(struct pollfd *fds, nfds_t n, int64_t deadline,
     } else {
       if (!built) {
         built = true;
-        ep = epoll_create1(EPOLL_CLOEXEC);
-        for (nfds_t i = 0; ep >= 0 && i < n; i++)
+        /* A masked call's signalfd is this call's own: no kept set. */
+        kept = sfd < 0 ? pc_poll(fds, n) : -1;
+        if (kept < 0) ep = epoll_create1(EPOLL_CLOEXEC);
+        for (nfds_t i = 0; kept < 0 && ep >= 0 && i < n; i++)
           if (fds[i].fd >= 0 && ep_add_poll(ep, fds, i) < 0) {
             ep_close(ep);
             ep = -1;
           }
-        if (ep_add_admit(ep, sfd) < 0) {
+        if (kept < 0 && ep_add_admit(ep, sfd) < 0) {
           ep_close(ep);
           ep = -1;
         }
       }
-      w = wait_set(ep, deadline);
+      w = wait_set(kept >= 0 ? kept : ep, deadline);
     }
     waited = true;
     busy_streak = 0;
@@ -370,6 +548,7 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
   int ep = -1, sfd = -1;
   HOLD_FDS();
   bool built = false;
+  int kept = -1; /* as in poll_fiber */
   int wfd[IOF__FD_WAIT_ANY_MAX], wev[IOF__FD_WAIT_ANY_MAX];
   int nwatch = select_watch_list(nfds, rd ? &r0 : NULL, wr ? &w0 : NULL,
                                  ex ? &e0 : NULL, wfd, wev);
@@ -396,8 +575,11 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
     } else {
       if (!built) {
         built = true;
-        ep = epoll_create1(EPOLL_CLOEXEC);
-        for (int fd = 0; ep >= 0 && fd < nfds; fd++) {
+        kept = sfd < 0 ? pc_select(nfds, rd ? &r0 : NULL, wr ? &w0 : NULL,
+                                   ex ? &e0 : NULL)
+                       : -1;
+        if (kept < 0) ep = epoll_create1(EPOLL_CLOEXEC);
+        for (int fd = 0; kept < 0 && ep >= 0 && fd < nfds; fd++) {
           uint32_t ev = (rd && FD_ISSET(fd, &r0) ? EPOLLIN : 0) |
                         (wr && FD_ISSET(fd, &w0) ? EPOLLOUT : 0) |
                         (ex && FD_ISSET(fd, &e0) ? EPOLLPRI : 0);
@@ -406,12 +588,12 @@ static int select_fiber(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
             ep = -1;
           }
         }
-        if (ep_add_admit(ep, sfd) < 0) {
+        if (kept < 0 && ep_add_admit(ep, sfd) < 0) {
           ep_close(ep);
           ep = -1;
         }
       }
-      w = wait_set(ep, deadline);
+      w = wait_set(kept >= 0 ? kept : ep, deadline);
     }
     waited = true;
     busy_streak = 0;

@@ -37,7 +37,8 @@ typedef struct thread_run {
   bool cancel_async;      /* the type asked for (acts as deferred) */
   bool exiting;           /* unwinding: no more cancellation */
   struct tls_dtor *dtors; /* thread_local destructors, newest first */
-  struct iof__cthread *join_target; /* the thread it joins (under its lk) */
+  struct iof__cthread *join_target;   /* the thread it joins (under its lk) */
+  struct iof__poll_cache *poll_cache; /* poll.c's, or NULL */
 } thread_run;
 
 /* A destructor of one of the thread's own thread-locals (C++ thread_local
@@ -186,6 +187,7 @@ static int thread_main(void *p) {
     free(d);
   }
   iof__sigmask_host_leave(atomic_load(&t->sigmask));
+  iof__poll_cache_free(run.poll_cache);
   if (t->tls) {
     iof__tls_detach();
     t->tls = NULL;
@@ -203,6 +205,11 @@ static iof__cthread *self_record(void) {
   if (!f) return NULL;
   iof_chain *c = f->sched;
   return c && c->fn == thread_main ? c->arg : NULL;
+}
+
+struct iof__poll_cache **iof__cthread_poll_cache(void) {
+  iof__cthread *t = self_record();
+  return t && t->run ? &t->run->poll_cache : NULL;
 }
 
 /* After the frame is freed (key destructors have run in the fiber). */

@@ -161,6 +161,13 @@ IOF_HIDDEN int iof__cthread_start(iof_executor_ref ex, size_t stack,
                                   void *(*fn)(void *), void *arg,
                                   void (*on_end)(void *ret), pthread_t *out);
 
+/* The calling fiber thread's kept epoll set for poll and select (poll.c),
+ * NULL outside fiber threads; freed with iof__poll_cache_free when the
+ * thread ends. */
+struct iof__poll_cache;
+IOF_HIDDEN struct iof__poll_cache **iof__cthread_poll_cache(void);
+IOF_HIDDEN void iof__poll_cache_free(struct iof__poll_cache *pc);
+
 /* After iof_main's contexts stopped: main's last thread-locals become the
  * calling thread's own again (other fiber threads ran there meanwhile). */
 IOF_HIDDEN void iof__cthread_main_tls_back(void);

@@ -7,7 +7,10 @@
  * events. */
 #include "compat_io_test.h"
 
+#include "io/io_internal.h"
+
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -830,6 +833,128 @@ static void test_masked_waits_no_epoll_set(void **s) {
   close(c.p[1]);
 }
 
+/* ---- a fiber thread keeps its epoll set ------------------------------------
+ * A fiber thread (compat's pthread_create) polling more fds than get a
+ * watcher each keeps one epoll set from wait to wait: it stays open after
+ * the first wait and no other is made later. The set follows what changes:
+ * an entry's events, a number that names another file by now (dup2 over
+ * it: the old registration is gone, the new file's must be made), and the
+ * set's own fd closed by the program. A wait whose set missed the write
+ * would end only at its 5 s timeout. */
+#define KN 20
+typedef struct kept_ctx {
+  int sv[KN][2];
+  struct pollfd fds[KN];
+  int feed;    /* the entry whose peer the feeder writes to */
+  int go[2];   /* poller -> feeder: write now (after a pause) */
+  int sets[6]; /* epoll instances seen after each round */
+} kept_ctx;
+
+static void *kept_feeder(void *arg) {
+  kept_ctx *c = arg;
+  char b;
+  while (iof_compat_read(c->go[0], &b, 1) == 1) {
+    iof_compat_usleep(20 * 1000); /* the poller waits by then */
+    CHECK(iof_compat_write(c->sv[c->feed][1], "k", 1) == 1);
+  }
+  return NULL;
+}
+
+/* One round: the feeder writes to entry `feed`'s peer; poll must report
+ * exactly that entry, which is then drained. */
+static void kept_round(kept_ctx *c, int feed) {
+  c->feed = feed;
+  CHECK(iof_compat_write(c->go[1], "g", 1) == 1);
+  for (int i = 0; i < KN; i++) c->fds[i].revents = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int r = iof_compat_poll(c->fds, KN, 5000);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  CHECK(r == 1);
+  /* Woken by the write, not by the timeout's last check. */
+  CHECK(t1.tv_sec - t0.tv_sec < 3);
+  for (int i = 0; i < KN; i++)
+    CHECK(c->fds[i].revents == (i == feed ? POLLIN : 0));
+  char b;
+  CHECK(iof_compat_read(c->fds[feed].fd, &b, 1) == 1);
+}
+
+static void *kept_poller(void *arg) {
+  kept_ctx *c = arg;
+  int before = count_epoll_fds();
+  kept_round(c, 7);
+  c->sets[0] = count_epoll_fds() - before; /* kept: 1 */
+  kept_round(c, 12);
+  c->sets[1] = count_epoll_fds() - before; /* the same one: 1 */
+  /* Entry 5 asks for nothing now, then for POLLIN again. */
+  c->fds[5].events = 0;
+  kept_round(c, 9);
+  c->fds[5].events = POLLIN;
+  kept_round(c, 5);
+  c->sets[2] = count_epoll_fds() - before;
+  /* Entry 15's number names another socket (dup2 closes the old one). */
+  int nv[2];
+  CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, nv) == 0);
+  CHECK(iof_compat_dup2(nv[0], c->sv[15][0]) == c->sv[15][0]);
+  CHECK(iof_compat_close(nv[0]) == 0);
+  int old_peer = c->sv[15][1]; /* open: the old socket makes no event */
+  c->sv[15][1] = nv[1];
+  kept_round(c, 15);
+  CHECK(iof_compat_close(old_peer) == 0);
+  c->sets[3] = count_epoll_fds() - before;
+  /* The program closes every epoll fd it did not make (a closefrom). */
+  for (int fd = 3; fd < 4096; fd++) {
+    char path[64], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t l = readlink(path, target, sizeof target - 1);
+    if (l <= 0) continue;
+    target[l] = '\0';
+    if (strcmp(target, "anon_inode:[eventpoll]") == 0 && !iof__rt_fd_owned(fd))
+      (void)iof_compat_close(fd);
+  }
+  kept_round(c, 3);
+  c->sets[4] = count_epoll_fds();
+  return NULL;
+}
+
+static int kept_main(void *arg) {
+  kept_ctx *c = arg;
+  for (int i = 0; i < KN; i++) {
+    CHECK(iof_compat_socketpair(AF_UNIX, SOCK_STREAM, 0, c->sv[i]) == 0);
+    c->fds[i] = (struct pollfd){c->sv[i][0], POLLIN, 0};
+  }
+  CHECK(iof_compat_pipe(c->go) == 0);
+  pthread_t f, p;
+  CHECK(iof_compat_pthread_create(&f, NULL, kept_feeder, c) == 0);
+  CHECK(iof_compat_pthread_create(&p, NULL, kept_poller, c) == 0);
+  CHECK(iof_compat_pthread_join(p, NULL) == 0);
+  CHECK(iof_compat_close(c->go[1]) == 0); /* the feeder's read ends */
+  CHECK(iof_compat_pthread_join(f, NULL) == 0);
+  CHECK(iof_compat_close(c->go[0]) == 0);
+  for (int i = 0; i < KN; i++) {
+    CHECK(iof_compat_close(c->sv[i][0]) == 0);
+    CHECK(iof_compat_close(c->sv[i][1]) == 0);
+  }
+  return 0;
+}
+
+static void test_fiber_thread_keeps_its_set(void **s) {
+  (void)s;
+  kept_ctx *c = calloc(1, sizeof *c);
+  assert_non_null(c);
+  int before = count_epoll_fds();
+  assert_int_equal(in_fiber(kept_main, c), 0);
+  assert_no_failures();
+  assert_int_equal(c->sets[0], 1);
+  assert_int_equal(c->sets[1], 1);
+  assert_int_equal(c->sets[2], 1);
+  assert_int_equal(c->sets[3], 1);
+  assert_true(c->sets[4] >= 1); /* made anew after the close */
+  /* The threads' ends closed their sets. */
+  assert_int_equal(count_epoll_fds(), before);
+  free(c);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void) {
@@ -845,6 +970,7 @@ int main(void) {
       T(test_poll_select_few_fds_no_epoll_set),
       T(test_select_few_fds_one_closed),
       T(test_masked_waits_no_epoll_set),
+      T(test_fiber_thread_keeps_its_set),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
