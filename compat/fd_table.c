@@ -148,6 +148,20 @@ static bool leaving(iof__fd_slot *s, unsigned gen, bool in_fiber) {
   return false;
 }
 
+void iof__fd_range_reset(unsigned first, unsigned last) {
+  unsigned end = (unsigned)CHUNKS << CHUNK_BITS; /* past the table */
+  if (last >= end) last = end - 1;
+  for (unsigned fd = first; fd <= last && fd >= first;) {
+    if (!atomic_load_explicit(&chunks[fd >> CHUNK_BITS],
+                              memory_order_acquire)) {
+      fd = ((fd >> CHUNK_BITS) + 1) << CHUNK_BITS; /* no records there */
+      continue;
+    }
+    iof__fd_reset((int)fd, 0);
+    fd++;
+  }
+}
+
 void iof__fd_reset(int fd, unsigned flags) {
   iof__fd_slot *s = flags ? iof__fd_slot_get(fd) : iof__fd_slot_peek(fd);
   if (!s) return;

@@ -106,6 +106,11 @@ IOF_HIDDEN unsigned iof__fd_learn(int fd, iof__fd_slot *s);
  * caller yields meanwhile), so that the fd can be closed under no one. */
 IOF_HIDDEN void iof__fd_reset(int fd, unsigned flags);
 
+/* iof__fd_reset(fd, 0) for every number in [first, last] compat has a
+ * record for: close_range and closefrom in the hook, which close numbers
+ * without naming them one by one. */
+IOF_API void iof__fd_range_reset(unsigned first, unsigned last);
+
 /* One blocking call's view of its fd. */
 typedef struct iof__fd_op {
   iof__fd_slot *slot;

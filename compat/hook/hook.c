@@ -906,9 +906,20 @@ IOF_HOOK_API int timerfd_create(int clockid, int flags) {
   return runtime_scope() ? iof__rt_fd_adopt(fd) : fd;
 }
 
+void iof__fd_range_reset(unsigned first, unsigned last);
+
 /* close_range over [first, last] minus the runtime's fds: one call per
- * stretch between them. The kernel's error as is (a program that calls
+ * stretch between them, compat's records of a stretch reset first (as
+ * close does: their waiters end with EBADF, and a number reused later is
+ * seen as another file). The kernel's error as is (a program that calls
  * close_range handles ENOSYS or EPERM itself). */
+static int close_stretch(int (*real)(unsigned, unsigned, int), unsigned lo,
+                         unsigned hi, int flags) {
+  if (!(flags & CLOSE_RANGE_CLOEXEC) && runtime_ready && !in_handler)
+    iof__fd_range_reset(lo, hi);
+  return real(lo, hi, flags);
+}
+
 static int close_stretches(unsigned first, unsigned last, int flags) {
   int (*real)(unsigned, unsigned, int) = REAL(close_range);
   if (!real) { /* glibc before 2.34 */
@@ -920,7 +931,8 @@ static int close_stretches(unsigned first, unsigned last, int flags) {
     int rt = lo > (unsigned)INT32_MAX ? -1 : iof__rt_fd_next((int)lo);
     bool past = rt < 0 || (unsigned)rt > last;
     unsigned hi = past ? last : (unsigned)rt - 1;
-    if ((past || (unsigned)rt != lo) && real(lo, hi, flags) != 0) return -1;
+    if ((past || (unsigned)rt != lo) && close_stretch(real, lo, hi, flags) != 0)
+      return -1;
     if (past || (unsigned)rt == last) return 0;
     lo = (unsigned)rt + 1;
   }
@@ -936,7 +948,9 @@ IOF_HOOK_API int close_range(unsigned first, unsigned last, int flags) {
 }
 
 static void close_unlisted_from(int fd, void *low) {
-  if (fd >= *(int *)low && !iof__rt_fd_owned(fd)) REAL(close)(fd);
+  if (fd < *(int *)low || iof__rt_fd_owned(fd)) return;
+  if (runtime_ready && !in_handler) iof__fd_range_reset(fd, fd);
+  REAL(close)(fd);
 }
 
 /* closefrom cannot fail: without close_range (an old kernel, a seccomp
