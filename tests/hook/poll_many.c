@@ -5,7 +5,8 @@
  * closefrom would): the runtime's own are refused, the poller's kept set
  * is not, and the next round must not wait on a closed number (it spun
  * there, starving the feeder on the same OS thread). Each round must end
- * by the write, well before poll's timeout. Run plain and under
+ * by the write, well before poll's timeout. Then the same with select.
+ * Run plain and under
  * iofiber-run. Prints "all steps right" when every step is. */
 #include <dirent.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,6 +77,26 @@ int main(void) {
     clock_gettime(CLOCK_MONOTONIC, &b);
     CHECK(k == 1 && p[feed].revents == POLLIN, "poll reports the fed one");
     CHECK(b.tv_sec - a.tv_sec < 5, "woken by the write, not the timeout");
+    char c;
+    CHECK(read(sv[feed][0], &c, 1) == 1, "read");
+  }
+  /* The same through select (its sets rebuilt from copies each round). */
+  int maxfd = 0;
+  for (int i = 0; i < N; i++)
+    if (sv[i][0] > maxfd) maxfd = sv[i][0];
+  for (int r = 0; r < ROUNDS; r++) {
+    feed = (r * 11 + 5) % N;
+    CHECK(write(go[1], "g", 1) == 1, "go");
+    fd_set rd;
+    FD_ZERO(&rd);
+    for (int i = 0; i < N; i++) FD_SET(sv[i][0], &rd);
+    struct timeval tv = {10, 0};
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int k = select(maxfd + 1, &rd, NULL, NULL, &tv);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    CHECK(k == 1 && FD_ISSET(sv[feed][0], &rd), "select reports the fed one");
+    CHECK(b.tv_sec - a.tv_sec < 5, "select woken by the write");
     char c;
     CHECK(read(sv[feed][0], &c, 1) == 1, "read");
   }
