@@ -11,7 +11,9 @@
 #include "compat/sigmask_internal.h"
 #include "compat/thread_internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <iofiber/compat_io.h>
 #include <iofiber/fls.h>
 #include <iofiber/timer.h>
@@ -839,8 +841,34 @@ void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *)) {
   return iof__tls_dyn_addr(ti, real);
 }
 
+/* Whether h is the handle (glibc: the link_map) of a loaded module, found
+ * under the loader's lock without reading *h. */
+typedef struct handle_find {
+  const void *h;
+  bool found;
+} handle_find;
+
+static int find_handle(struct dl_phdr_info *info, size_t size, void *p) {
+  (void)size;
+  handle_find *f = p;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    if (info->dlpi_phdr[i].p_type != PT_LOAD) continue;
+    Dl_info di;
+    struct link_map *lm = NULL;
+    void *at = (void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (dladdr1(at, &di, (void **)&lm, RTLD_DL_LINKMAP) && lm == f->h) {
+      f->found = true;
+      return 1;
+    }
+    return 0;
+  }
+  return 0;
+}
+
 int iof_compat_dlclose(void *handle) {
-  if (!handle) { /* glibc's would dereference it */
+  handle_find f = {handle, false};
+  if (handle) dl_iterate_phdr(find_handle, &f);
+  if (!f.found) { /* glibc's would dereference it */
     errno = EINVAL;
     return -1;
   }

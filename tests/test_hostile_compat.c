@@ -2142,16 +2142,26 @@ static void compat_tls_get_addr_bad_arguments(void **state) {
   assert_ptr_equal(iof_compat_tls_get_addr(ti, fake_tls_get_addr), ti);
 }
 
-/* A NULL handle (glibc's dlclose dereferences it) is refused; a real one
- * closes. */
+/* A handle that names no loaded module (glibc's dlclose dereferences it)
+ * is refused; a real one closes. */
 static void compat_dlclose_bad_handle(void **state) {
   (void)state;
   errno = 0;
   assert_int_equal(iof_compat_dlclose(NULL), -1);
   assert_int_equal(errno, EINVAL);
-  void *h = dlopen("libm.so.6", RTLD_NOW);
+  int junk[8] = {0};
+  assert_int_equal(iof_compat_dlclose(junk), -1);
+  assert_int_equal(iof_compat_dlclose((void *)(uintptr_t)0x10), -1);
+  assert_int_equal(iof_compat_dlclose(RTLD_NEXT), -1);
+  assert_int_equal(errno, EINVAL);
+  /* A module loaded here, twice: two closes, then it is gone. */
+  void *h = dlopen("libutil.so.1", RTLD_NOW);
   assert_non_null(h);
+  assert_ptr_equal(dlopen("libutil.so.1", RTLD_NOW), h);
   assert_int_equal(iof_compat_dlclose(h), 0);
+  assert_int_equal(iof_compat_dlclose(h), 0);
+  assert_null(dlopen("libutil.so.1", RTLD_NOW | RTLD_NOLOAD));
+  assert_int_equal(iof_compat_dlclose(h), -1); /* closed already */
 }
 
 static void compat_more_thread_calls(void **state) {

@@ -175,7 +175,8 @@ IOF_API void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *));
  * id to the next module it loads) drop the fiber threads' blocks of the
  * module that had them, at each owner's next access, so a module loaded
  * later at that id starts from its own initial values. Returns what
- * dlclose returns (dlerror() says why it failed); a NULL handle, which
+ * dlclose returns (dlerror() says why it failed); a handle that names
+ * no loaded module (NULL, a wild pointer, one closed already), which
  * glibc's dereferences, gives -1 and errno EINVAL. */
 IOF_API int iof_compat_dlclose(void *handle);
 #endif
