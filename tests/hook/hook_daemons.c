@@ -9,6 +9,10 @@
  *   2,000 requests over 50 connections;
  * - apache2 -X, event MPM with 50 worker threads: ab over keep-alive
  *   connections, then POSTs to a CGI (fork and exec from a worker);
+ * - apache2 with its parent process through a graceful restart (SIGUSR1)
+ *   and a full restart (SIGHUP), each unloading every module (dlclose)
+ *   and loading it again, mod_ldap's libgnutls with its thread-locals
+ *   too: ab and the CGI after each;
  * - lighttpd (single-threaded epoll loop, sendfile, CGI by fork): ab on a
  *   file and on a CGI;
  * - slapd (OpenLDAP, a thread pool on condition variables behind an epoll
@@ -112,6 +116,37 @@ static size_t count(const char *text, const char *what) {
   size_t n = 0;
   for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
   return n;
+}
+
+/* Waits (up to `seconds`) until the file at path holds `what` at least n
+ * times; whether it does. */
+static bool wait_text(const char *path, const char *what, size_t n,
+                      int seconds) {
+  static char buf[1 << 20];
+  for (int i = 0; i < seconds * 50; i++) {
+    drv_slurp(path, buf, sizeof buf);
+    if (count(buf, what) >= n) return true;
+    usleep(20000);
+  }
+  print_message("%s: %zu of %zu \"%s\"\n", path, count(buf, what), n, what);
+  return false;
+}
+
+/* How many times the file at path holds `what`. */
+static size_t count_in(const char *path, const char *what) {
+  static char buf[1 << 20];
+  drv_slurp(path, buf, sizeof buf);
+  return count(buf, what);
+}
+
+/* The count of `call` made from fibers in the hook's report at exit
+ * (IOF_HOOK_VERBOSE=1) in the file at path, or -1. */
+static long fiber_calls(const char *path, const char *call) {
+  static char buf[1 << 20];
+  char label[64];
+  drv_slurp(path, buf, sizeof buf);
+  snprintf(label, sizeof label, "]: %s ", call);
+  return drv_figure(buf, label);
 }
 
 /* The number of sockets pid has open. */
@@ -343,6 +378,99 @@ static void test_apache(void **state) {
   check_cgi_run(c, 200);
   check_threads("apache2", threads);
   assert_int_equal(exit_st, 0);
+}
+
+/* apache2 with its parent process (the event MPM's children are forked
+ * from the parent's fiber and run plain, see porting.md), through a
+ * graceful restart (SIGUSR1) and a full one (SIGHUP): each re-reads the
+ * configuration, dlclose's every module and loads it again in the parent.
+ * mod_ldap brings libldap and libgnutls, which has thread-locals of its
+ * own: it is unloaded and loaded again at the same TLS module id. */
+static void test_apache_restart(void **state) {
+  (void)state;
+  char mods[3][128];
+  static const char *const names[] = {"mpm_event", "ldap", "xml2enc"};
+  for (int i = 0; i < 3; i++)
+    snprintf(mods[i], sizeof mods[i], "%s/mod_%s.so", APACHE_MODS, names[i]);
+  if (!drv_installed((const char *const[]){APACHE, AB, SH, NULL}) ||
+      access(mods[0], R_OK) || access(mods[1], R_OK) || access(mods[2], R_OK))
+    skip();
+  char root[128], conf[128], err[128], log[128], url[96], cgi[96], post[128];
+  char run_dir[128];
+  make_site("apache-restart-www", root, sizeof root);
+  tmp_path(post, sizeof post, "post.bin");
+  tmp_path(run_dir, sizeof run_dir, "apache-restart-run");
+  assert_int_equal(mkdir(run_dir, 0755), 0);
+  tmp_path(log, sizeof log, "apache-restart-run/apache.log");
+  int port = drv_free_port();
+  write_text(conf, sizeof conf, "apache-restart.conf", 0644,
+             "ServerRoot %s\nServerName localhost\nListen 127.0.0.1:%d\n"
+             "LoadModule mpm_event_module %s\n"
+             "LoadModule authz_core_module %s/mod_authz_core.so\n"
+             "LoadModule alias_module %s/mod_alias.so\n"
+             "LoadModule cgi_module %s/mod_cgi.so\n"
+             "LoadModule ldap_module %s\nLoadModule xml2enc_module %s\n"
+             "PidFile %s/apache.pid\nErrorLog %s\nLogLevel info\n"
+             "Mutex file:%s default\nDocumentRoot %s\n"
+             "ScriptAlias /cgi/ %s/cgi/\n"
+             "User nobody\nGroup nogroup\n"
+             "StartServers 1\nServerLimit 1\nThreadsPerChild 50\n"
+             "MinSpareThreads 25\nMaxSpareThreads 75\n"
+             "MaxRequestWorkers 50\nMaxKeepAliveRequests 0\n"
+             "<Directory %s>\n Require all granted\n</Directory>\n",
+             tmpdir, port, mods[0], APACHE_MODS, APACHE_MODS, APACHE_MODS,
+             mods[1], mods[2], run_dir, log, run_dir, root, root, root);
+  tmp_path(err, sizeof err, "apache-restart.err");
+  /* The hook's report at exit says how many dlclose calls it took. */
+  setenv("IOF_HOOK_VERBOSE", "1", 1);
+  pid_t pid = start((const char *const[]){IOF_RUN_PATH, APACHE, "-DFOREGROUND",
+                                          "-f", conf, NULL},
+                    port, err);
+  unsetenv("IOF_HOOK_VERBOSE");
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/file.bin", port);
+  snprintf(cgi, sizeof cgi, "http://127.0.0.1:%d/cgi/count.cgi?a=b", port);
+  /* Each generation logs that it is "resuming normal operations" once
+   * configured; mod_ldap logs its SDK once per load. */
+  static const char *const signals_seen[] = {NULL, "AH00493: SIGUSR1 received",
+                                             "AH00494: SIGHUP received"};
+  static const int sigs[] = {0, SIGUSR1, SIGHUP};
+  ab_result r[3], c[3];
+  bool restarted[3];
+  for (int g = 0; g < 3; g++) {
+    if (g) kill(pid, sigs[g]);
+    restarted[g] =
+        (!signals_seen[g] || wait_text(log, signals_seen[g], 1, 10)) &&
+        wait_text(log, "AH00489", (size_t)g + 1, 10);
+    r[g] = ab(url, "-k", "-n", "1000", "-c", "25", NULL);
+    c[g] = ab(cgi, "-n", "100", "-c", "25", "-p", post, "-T",
+              "application/octet-stream", NULL);
+  }
+  int threads = drv_os_threads(pid);
+  int exit_st = drv_stop(pid);
+  size_t ldap_loads = count_in(log, "AH01318");
+  size_t crashes = count_in(log, "exit signal");
+  /* (apache puts its error log on stderr, where the report goes.) */
+  long dlcloses = fiber_calls(log, "dlclose");
+  print_message("apache2 (event MPM) under iofiber-run, after start, graceful "
+                "restart, restart: files %ld, %ld, %ld/1000, CGI %ld, %ld, "
+                "%ld/100; %zu loads of mod_ldap, %ld dlclose calls, %zu "
+                "children crashed; parent on %d OS thread(s); exit %d on "
+                "SIGTERM\n",
+                r[0].done, r[1].done, r[2].done, c[0].done, c[1].done,
+                c[2].done, ldap_loads, dlcloses, crashes, threads, exit_st);
+  for (int g = 0; g < 3; g++) {
+    assert_true(restarted[g]);
+    check_file_run(r[g], 1000, true);
+    check_cgi_run(c[g], 100);
+  }
+  assert_int_equal(ldap_loads, 3);
+  /* Each restart unloads the six modules (and the first configuration
+   * pass at start once more). */
+  assert_true(dlcloses >= 2 * 6);
+  assert_int_equal(crashes, 0);
+  check_threads("apache2's parent", threads);
+  assert_int_equal(exit_st, 0);
+  assert_int_equal(count_in(log, "AH00491: caught SIGTERM"), 1);
 }
 
 /* ---- lighttpd ---------------------------------------------------------- */
@@ -905,12 +1033,12 @@ int main(void) {
   /* apache2 serves as nobody. */
   chmod(tmpdir, 0755);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_nginx),         cmocka_unit_test(test_haproxy),
-      cmocka_unit_test(test_apache),        cmocka_unit_test(test_lighttpd),
-      cmocka_unit_test(test_slapd),         cmocka_unit_test(test_named),
-      cmocka_unit_test(test_pdns_recursor), cmocka_unit_test(test_mosquitto),
-      cmocka_unit_test(test_pyzmq),         cmocka_unit_test(test_grpc),
-      cmocka_unit_test(test_ruby),
+      cmocka_unit_test(test_nginx),     cmocka_unit_test(test_haproxy),
+      cmocka_unit_test(test_apache),    cmocka_unit_test(test_apache_restart),
+      cmocka_unit_test(test_lighttpd),  cmocka_unit_test(test_slapd),
+      cmocka_unit_test(test_named),     cmocka_unit_test(test_pdns_recursor),
+      cmocka_unit_test(test_mosquitto), cmocka_unit_test(test_pyzmq),
+      cmocka_unit_test(test_grpc),      cmocka_unit_test(test_ruby),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   drv_remove_tree(tmpdir);
