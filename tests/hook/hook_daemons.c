@@ -4,6 +4,10 @@
  *   pool's threads wait on a condition variable and report through an
  *   eventfd in nginx's own epoll set): ab fetches a 100 KiB file 2,000
  *   times over 50 keep-alive connections;
+ * - nginx with its master and 2 workers through a configuration reload
+ *   (SIGHUP: new workers) and a reopening of its logs (SIGUSR1): ab
+ *   after each, the access log renamed before the reopening gets no
+ *   more lines, the new one every later request;
  * - haproxy with nbthread 4 (a thread per epoll loop, its own per-thread
  *   state in thread-locals), proxying to a second frontend of itself: ab,
  *   2,000 requests over 50 connections;
@@ -281,6 +285,79 @@ static void test_nginx(void **state) {
                 r.done, r.failed, r.kept, threads, exit_st);
   check_file_run(r, 2000, true);
   check_threads("nginx", threads);
+  assert_int_equal(exit_st, 0);
+}
+
+/* nginx with its master process and 2 workers (forked from the master's
+ * fiber: they run plain, see porting.md) through a configuration reload
+ * (SIGHUP: the master reads the configuration again and starts new
+ * workers, the old ones finish) and a reopening of the logs (SIGUSR1,
+ * after the access log was renamed). */
+static void test_nginx_reload(void **state) {
+  (void)state;
+  if (!drv_installed((const char *const[]){NGINX, AB, NULL})) skip();
+  char root[128], conf[128], err[128], url[96], run_dir[128], log[160];
+  char access[160], moved[160];
+  make_site("nginx-reload-www", root, sizeof root);
+  tmp_path(run_dir, sizeof run_dir, "nginx-reload-run");
+  assert_int_equal(mkdir(run_dir, 0755), 0);
+  snprintf(log, sizeof log, "%s/nginx.log", run_dir);
+  snprintf(access, sizeof access, "%s/access.log", run_dir);
+  snprintf(moved, sizeof moved, "%s/access.log.1", run_dir);
+  int port = drv_free_port();
+  write_text(conf, sizeof conf, "nginx-reload.conf", 0644,
+             "daemon off;\nmaster_process on;\nworker_processes 2;\n"
+             "error_log %s notice;\npid %s/nginx.pid;\n"
+             "thread_pool pool threads=8;\n"
+             "events { worker_connections 1024; }\n"
+             "http {\n access_log %s;\n client_body_temp_path %s;\n"
+             " proxy_temp_path %s;\n fastcgi_temp_path %s;\n"
+             " uwsgi_temp_path %s;\n scgi_temp_path %s;\n"
+             " server {\n  listen 127.0.0.1:%d;\n  root %s;\n"
+             "  sendfile off;\n  aio threads=pool;\n"
+             "  output_buffers 1 16k;\n }\n}\n",
+             log, run_dir, access, run_dir, run_dir, run_dir, run_dir, run_dir,
+             port, root);
+  tmp_path(err, sizeof err, "nginx-reload.err");
+  pid_t pid = start((const char *const[]){IOF_RUN_PATH, NGINX, "-p", run_dir,
+                                          "-c", conf, NULL},
+                    port, err);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/file.bin", port);
+  ab_result r[3];
+  r[0] = ab(url, "-k", "-n", "1000", "-c", "50", NULL);
+  kill(pid, SIGHUP);
+  /* Two new workers, and the two old ones gone. */
+  bool reloaded = wait_text(log, "start worker process ", 4, 10) &&
+                  wait_text(log, "exited with code 0", 2, 10);
+  r[1] = ab(url, "-k", "-n", "1000", "-c", "50", NULL);
+  /* Every request so far is logged, one line each (the workers write
+   * each as it ends); then the log moves away and is reopened. */
+  size_t before = count_in(access, "\n");
+  assert_int_equal(rename(access, moved), 0);
+  kill(pid, SIGUSR1);
+  /* The master and each worker reopen. */
+  bool reopened = wait_text(log, ": reopening logs", 3, 10);
+  r[2] = ab(url, "-k", "-n", "1000", "-c", "50", NULL);
+  int threads = drv_os_threads(pid);
+  int exit_st = drv_stop(pid);
+  size_t after = count_in(access, "\n"), old = count_in(moved, "\n");
+  size_t killed = count_in(log, "exited on signal");
+  print_message("nginx master + 2 workers under iofiber-run: %ld/1000 "
+                "before the reload (SIGHUP, %s), %ld/1000 after, %ld/1000 "
+                "after reopening the logs (SIGUSR1, %s; access log %zu "
+                "lines before, %zu after); %zu workers killed by a signal; "
+                "master on %d OS thread(s); exit %d on SIGTERM\n",
+                r[0].done, reloaded ? "done" : "not done", r[1].done, r[2].done,
+                reopened ? "done" : "not done", old, after, killed, threads,
+                exit_st);
+  for (int i = 0; i < 3; i++) check_file_run(r[i], 1000, true);
+  assert_true(reloaded);
+  assert_true(reopened);
+  assert_int_equal(before, 2000);
+  assert_int_equal(old, 2000);
+  assert_int_equal(after, 1000);
+  assert_int_equal(killed, 0);
+  check_threads("nginx's master", threads);
   assert_int_equal(exit_st, 0);
 }
 
@@ -1033,12 +1110,19 @@ int main(void) {
   /* apache2 serves as nobody. */
   chmod(tmpdir, 0755);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_nginx),     cmocka_unit_test(test_haproxy),
-      cmocka_unit_test(test_apache),    cmocka_unit_test(test_apache_restart),
-      cmocka_unit_test(test_lighttpd),  cmocka_unit_test(test_slapd),
-      cmocka_unit_test(test_named),     cmocka_unit_test(test_pdns_recursor),
-      cmocka_unit_test(test_mosquitto), cmocka_unit_test(test_pyzmq),
-      cmocka_unit_test(test_grpc),      cmocka_unit_test(test_ruby),
+      cmocka_unit_test(test_nginx),
+      cmocka_unit_test(test_nginx_reload),
+      cmocka_unit_test(test_haproxy),
+      cmocka_unit_test(test_apache),
+      cmocka_unit_test(test_apache_restart),
+      cmocka_unit_test(test_lighttpd),
+      cmocka_unit_test(test_slapd),
+      cmocka_unit_test(test_named),
+      cmocka_unit_test(test_pdns_recursor),
+      cmocka_unit_test(test_mosquitto),
+      cmocka_unit_test(test_pyzmq),
+      cmocka_unit_test(test_grpc),
+      cmocka_unit_test(test_ruby),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   drv_remove_tree(tmpdir);
