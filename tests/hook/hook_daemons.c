@@ -18,7 +18,9 @@
  *   and loading it again, mod_ldap's libgnutls with its thread-locals
  *   too: ab and the CGI after each;
  * - lighttpd (single-threaded epoll loop, sendfile, CGI by fork): ab on a
- *   file and on a CGI;
+ *   file and on a CGI, then again after a graceful restart (SIGUSR1,
+ *   lighttpd 1.4.56 and later: its modules unloaded and loaded again in
+ *   the same process);
  * - slapd (OpenLDAP, a thread pool on condition variables behind an epoll
  *   listener, LMDB): ldapadd of 201 entries, then 10 ldapsearch at once;
  * - named -n 4 (BIND 9, libuv loops whose per-thread state lives in
@@ -552,39 +554,88 @@ static void test_apache_restart(void **state) {
 
 /* ---- lighttpd ---------------------------------------------------------- */
 
+/* The minor version of lighttpd 1.4 (0 if it is not 1.4.x). */
+static int lighttpd_minor(void) {
+  char out[128], buf[256];
+  tmp_path(out, sizeof out, "lighttpd-version.out");
+  if (drv_run((const char *const[]){LIGHTTPD, "-v", NULL}, out, 10)) return 0;
+  drv_slurp(out, buf, sizeof buf);
+  long minor = drv_figure(buf, "lighttpd/1.4.");
+  return minor > 0 ? (int)minor : 0;
+}
+
+/* lighttpd, then (1.4.56 and later) through a graceful restart
+ * (SIGUSR1: it stops listening, lets its connections finish, frees its
+ * server with its modules, dlclose'd, reads its configuration again and
+ * loads them again, all in the same process): the file and the CGI again
+ * after it. */
 static void test_lighttpd(void **state) {
   (void)state;
   if (!drv_installed((const char *const[]){LIGHTTPD, AB, SH, NULL})) skip();
-  char root[128], conf[128], err[128], url[96], post[128];
+  char root[128], conf[128], err[128], log[128], url[96], cgi[96], post[128];
   make_site("lighttpd-www", root, sizeof root);
   tmp_path(post, sizeof post, "post.bin");
+  tmp_path(log, sizeof log, "lighttpd.log");
   int port = drv_free_port();
   write_text(conf, sizeof conf, "lighttpd.conf", 0644,
              "server.document-root = \"%s\"\nserver.bind = \"127.0.0.1\"\n"
              "server.port = %d\nserver.modules += (\"mod_cgi\")\n"
              "cgi.assign = (\".cgi\" => \"\")\n"
-             "server.network-backend = \"sendfile\"\n",
-             root, port);
+             "server.network-backend = \"sendfile\"\n"
+             "server.errorlog = \"%s\"\n",
+             root, port, log);
+  bool graceful = lighttpd_minor() >= 56;
   tmp_path(err, sizeof err, "lighttpd.err");
+  /* The hook's report at exit says how many dlclose calls it took. */
+  setenv("IOF_HOOK_VERBOSE", "1", 1);
   pid_t pid = start(
       (const char *const[]){IOF_RUN_PATH, LIGHTTPD, "-D", "-f", conf, NULL},
       port, err);
+  unsetenv("IOF_HOOK_VERBOSE");
   snprintf(url, sizeof url, "http://127.0.0.1:%d/file.bin", port);
-  ab_result r = ab(url, "-k", "-n", "2000", "-c", "50", NULL);
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/cgi/count.cgi?a=b", port);
-  ab_result c = ab(url, "-n", "200", "-c", "50", "-p", post, "-T",
-                   "application/octet-stream", NULL);
+  snprintf(cgi, sizeof cgi, "http://127.0.0.1:%d/cgi/count.cgi?a=b", port);
+  ab_result r[2], c[2];
+  bool restarted = false;
+  int runs = graceful ? 2 : 1;
+  for (int i = 0; i < runs; i++) {
+    if (i) {
+      kill(pid, SIGUSR1);
+      restarted = wait_text(log, "graceful shutdown started", 1, 10) &&
+                  wait_text(log, "server started", 2, 10);
+    }
+    r[i] = ab(url, "-k", "-n", "2000", "-c", "50", NULL);
+    c[i] = ab(cgi, "-n", "200", "-c", "50", "-p", post, "-T",
+              "application/octet-stream", NULL);
+  }
   int threads = drv_os_threads(pid);
   /* lighttpd exits 1 when a connection is still open at SIGTERM (plainly
    * too): the last ones may still be in their lingering close. */
   for (int i = 0; i < 100 && sockets_open(pid) > 1; i++) usleep(20000);
   int exit_st = drv_stop(pid);
+  long dlcloses = fiber_calls(err, "dlclose");
   print_message("lighttpd under iofiber-run: file %ld/2000 (%ld failed, %ld "
                 "kept alive), CGI %ld/200 (%ld failed); %d OS thread(s); "
                 "exit %d on SIGTERM\n",
-                r.done, r.failed, r.kept, c.done, c.failed, threads, exit_st);
-  check_file_run(r, 2000, false);
-  check_cgi_run(c, 200);
+                r[0].done, r[0].failed, r[0].kept, c[0].done, c[0].failed,
+                threads, exit_st);
+  if (graceful)
+    print_message("lighttpd after a graceful restart (SIGUSR1, %s, %ld "
+                  "dlclose calls in all): file %ld/2000 (%ld failed), CGI "
+                  "%ld/200 (%ld failed)\n",
+                  restarted ? "done" : "not done", dlcloses, r[1].done,
+                  r[1].failed, c[1].done, c[1].failed);
+  else
+    print_message("lighttpd older than 1.4.56: no graceful restart\n");
+  for (int i = 0; i < runs; i++) {
+    check_file_run(r[i], 2000, false);
+    check_cgi_run(c[i], 200);
+  }
+  if (graceful) {
+    assert_true(restarted);
+    /* mod_cgi was unloaded through the hook at the restart, and again at
+     * exit. */
+    assert_true(dlcloses >= 2);
+  }
   check_threads("lighttpd", threads);
   assert_int_equal(exit_st, 0);
 }
