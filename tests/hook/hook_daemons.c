@@ -24,7 +24,10 @@
  * - slapd (OpenLDAP, a thread pool on condition variables behind an epoll
  *   listener, LMDB): ldapadd of 201 entries, then 10 ldapsearch at once;
  * - named -n 4 (BIND 9, libuv loops whose per-thread state lives in
- *   libisc's thread-locals): 4 dig batches of 200 UDP queries, TCP, AXFR;
+ *   libisc's thread-locals): 4 dig batches of 200 UDP queries, TCP, AXFR,
+ *   then the zone rewritten and reloaded by `rndc reload` and by SIGHUP
+ *   (each reload unloads BIND's filter-aaaa plugin and loads it again):
+ *   the new records served, the batches again;
  * - pdns_recursor --threads=2 (each query in an MTasker context, its own
  *   stack switch inside the thread) serving a zone of its own: the same
  *   batches and TCP;
@@ -71,6 +74,8 @@
 #define LDAPSEARCH "/usr/bin/ldapsearch"
 #define NAMED "/usr/sbin/named"
 #define DIG "/usr/bin/dig"
+#define RNDC "/usr/sbin/rndc"
+#define FILTER_AAAA "/usr/lib/x86_64-linux-gnu/bind/filter-aaaa.so"
 #define PDNS_RECURSOR "/usr/sbin/pdns_recursor"
 #define MOSQUITTO "/usr/sbin/mosquitto"
 #define MOSQ_PUB "/usr/bin/mosquitto_pub"
@@ -723,22 +728,33 @@ static void test_slapd(void **state) {
 #define DNS_HOSTS 100
 #define DNS_BATCHES 4
 
-/* A zone of DNS_HOSTS hosts (an A and a TXT record each) for
- * example.test, and the dig batch that asks for all of them. */
-static void write_zone(char *zone, size_t zcap, char *queries, size_t qcap) {
-  static char text[DNS_HOSTS * 120 + 256];
+/* The zone file of example.test (tmpdir/example.zone, its path in zone):
+ * DNS_HOSTS hosts with an A and a TXT record each, the serial given, and
+ * the records in extra. */
+static void write_zone_file(char *zone, size_t zcap, int serial,
+                            const char *extra) {
+  static char text[DNS_HOSTS * 120 + 512];
   size_t n = (size_t)snprintf(text, sizeof text,
                               "$ORIGIN example.test.\n$TTL 300\n"
-                              "@ IN SOA ns1 admin 1 3600 600 86400 300\n"
-                              "@ IN NS ns1\nns1 IN A 127.0.0.1\n");
+                              "@ IN SOA ns1 admin %d 3600 600 86400 300\n"
+                              "@ IN NS ns1\nns1 IN A 127.0.0.1\n%s",
+                              serial, extra);
   for (int i = 1; i <= DNS_HOSTS; i++)
     n += (size_t)snprintf(text + n, sizeof text - n,
                           "h%d IN A 10.0.%d.%d\nh%d IN TXT \"host number "
                           "%d\"\n",
                           i, i / 256, i % 256, i, i);
+  assert_true(n < sizeof text);
   tmp_path(zone, zcap, "example.zone");
   assert_true(drv_write_file(zone, text, n, 0644));
-  n = 0;
+}
+
+/* A zone of DNS_HOSTS hosts (an A and a TXT record each) for
+ * example.test, and the dig batch that asks for all of them. */
+static void write_zone(char *zone, size_t zcap, char *queries, size_t qcap) {
+  static char text[DNS_HOSTS * 60];
+  write_zone_file(zone, zcap, 1, "");
+  size_t n = 0;
   for (int i = 1; i <= DNS_HOSTS; i++)
     n += (size_t)snprintf(text + n, sizeof text - n,
                           "h%d.example.test A\nh%d.example.test TXT\n", i, i);
@@ -807,29 +823,83 @@ static bool dns_tcp_ok(const char *ps) {
   return st == 0 && strcmp(buf, "\"host number 7\"\n") == 0;
 }
 
+/* `dig +short` of name and type from the server on port ps, into buf. */
+static void dig_short(const char *ps, const char *name, const char *type,
+                      char *buf, size_t cap) {
+  char out[128];
+  tmp_path(out, sizeof out, "dig-one.out");
+  if (drv_run((const char *const[]){DIG, "+time=2", "+tries=1", "+short",
+                                    "@127.0.0.1", "-p", ps, name, type, NULL},
+              out, 10))
+    buf[0] = '\0';
+  else
+    drv_slurp(out, buf, cap);
+}
+
+/* Waits (up to ~5 s) until the server on port ps answers `want` for name
+ * (a new record of a reloaded zone); whether it does. */
+static bool dns_wait_answer(const char *ps, const char *name,
+                            const char *want) {
+  char buf[256];
+  for (int i = 0; i < 50; i++) {
+    dig_short(ps, name, "A", buf, sizeof buf);
+    if (strcmp(buf, want) == 0) return true;
+    usleep(100000);
+  }
+  return false;
+}
+
+/* A key for rndc (a test's own: any 32 bytes in base64). */
+#define RNDC_KEY                                                               \
+  "key \"rndc-key\" { algorithm hmac-sha256; secret "                          \
+  "\"aW9maWJlci10ZXN0LWtleS1ub3Qtc2VjcmV0LTAxMjM=\"; };\n"
+
+/* named serves the zone, then reloads it (and its configuration) twice:
+ * `rndc reload` over its control channel (a TCP connection to a fiber),
+ * then SIGHUP, the zone file rewritten with a new serial and a new
+ * record before each. With BIND's filter-aaaa plugin (which it unloads
+ * and loads again, dlclose and dlopen, at each reload) h1's AAAA record
+ * is filtered from IPv4 clients. */
 static void test_named(void **state) {
   (void)state;
   if (!drv_installed((const char *const[]){NAMED, DIG, NULL})) skip();
-  char conf[128], zone[128], queries[128], err[128], out[128];
+  bool rndc = drv_installed((const char *const[]){RNDC, NULL});
+  bool plugin = access(FILTER_AAAA, R_OK) == 0;
+  char conf[128], rconf[128], zone[128], queries[128], err[128], out[128];
+  char plugin_line[256] = "";
   write_zone(zone, sizeof zone, queries, sizeof queries);
-  int port = drv_free_port();
+  static const char aaaa[] = "h1 IN AAAA 2001:db8::1\n";
+  write_zone_file(zone, sizeof zone, 1, aaaa);
+  if (plugin)
+    snprintf(plugin_line, sizeof plugin_line,
+             "plugin query \"%s\" { filter-aaaa-on-v4 yes; };\n", FILTER_AAAA);
+  int port = drv_free_port(), rport = drv_free_port();
   write_text(conf, sizeof conf, "named.conf", 0644,
              "options {\n directory \"%s\";\n"
              " listen-on port %d { 127.0.0.1; };\n listen-on-v6 { none; };\n"
              " pid-file \"%s/named.pid\";\n recursion no;\n"
              " allow-query { any; };\n allow-transfer { any; };\n"
-             " dnssec-validation no;\n};\ncontrols { };\n"
+             " dnssec-validation no;\n};\n" RNDC_KEY
+             "controls { inet 127.0.0.1 port %d allow { 127.0.0.1; } "
+             "keys { \"rndc-key\"; }; };\n%s"
              "zone \"example.test\" { type master; file \"%s\"; };\n",
-             tmpdir, port, tmpdir, zone);
+             tmpdir, port, tmpdir, rport, plugin_line, zone);
+  write_text(rconf, sizeof rconf, "rndc.conf", 0600,
+             RNDC_KEY "options { default-key \"rndc-key\"; default-server "
+                      "127.0.0.1; default-port %d; };\n",
+             rport);
   tmp_path(err, sizeof err, "named.err");
   const char *user = geteuid() == 0 ? "root" : NULL;
   const char *argv[16] = {IOF_RUN_PATH, NAMED, "-g", "-n", "4", "-c", conf};
   if (user) argv[7] = "-u", argv[8] = user;
+  /* The hook's report at exit says how many dlclose calls it took. */
+  setenv("IOF_HOOK_VERBOSE", "1", 1);
   pid_t pid = start(argv, port, err);
+  unsetenv("IOF_HOOK_VERBOSE");
   char ps[16];
   snprintf(ps, sizeof ps, "%d", port);
   dns_wait_ready(ps);
-  int batches_ok = dns_batches(ps, queries);
+  int batches_ok[3] = {dns_batches(ps, queries)};
   bool tcp_ok = dns_tcp_ok(ps);
   static char buf[16384];
   tmp_path(out, sizeof out, "dig-axfr.out");
@@ -837,19 +907,75 @@ static void test_named(void **state) {
                                           "example.test", "AXFR", NULL},
                     out, 10);
   drv_slurp(out, buf, sizeof buf);
-  /* SOA twice, NS, ns1's A, and every host's A and TXT. */
+  /* SOA twice, NS, ns1's A and AAAA, and every host's A and TXT. */
   size_t axfr = count(buf, "\n");
+  /* The plugin hides the AAAA record from us (an IPv4 client). */
+  const char *want_aaaa = plugin ? "" : "2001:db8::1\n";
+  char got[256];
+  dig_short(ps, "h1.example.test", "AAAA", got, sizeof got);
+  int aaaa_ok = strcmp(got, want_aaaa) == 0;
+  /* The reloads: a new serial and record each time. */
+  int rndc_st = -1;
+  bool reloaded[3] = {true, false, false};
+  for (int i = 1; i <= 2; i++) {
+    char extra[128], name[32], want[32];
+    snprintf(extra, sizeof extra, "%snew%d IN A 10.9.9.%d\n", aaaa, i, i);
+    snprintf(name, sizeof name, "new%d.example.test", i);
+    snprintf(want, sizeof want, "10.9.9.%d\n", i);
+    write_zone_file(zone, sizeof zone, 1 + i, extra);
+    if (i == 1 && rndc) {
+      tmp_path(out, sizeof out, "rndc.out");
+      rndc_st = drv_run(
+          (const char *const[]){RNDC, "-c", rconf, "reload", NULL}, out, 10);
+      drv_slurp(out, buf, sizeof buf);
+      if (rndc_st || !strstr(buf, "server reload successful"))
+        print_message("rndc reload: exit %d: %s\n", rndc_st, buf);
+    } else {
+      kill(pid, SIGHUP);
+    }
+    reloaded[i] = dns_wait_answer(ps, name, want);
+    batches_ok[i] = dns_batches(ps, queries);
+    dig_short(ps, "h1.example.test", "AAAA", got, sizeof got);
+    aaaa_ok += strcmp(got, want_aaaa) == 0;
+  }
+  tcp_ok = tcp_ok && dns_tcp_ok(ps);
   int threads = drv_os_threads(pid);
   int exit_st = drv_stop(pid);
+  size_t by_rndc = count_in(err, "received control channel command 'reload'");
+  size_t by_hup = count_in(err, "received SIGHUP signal to reload zones");
+  size_t plugin_loads = count_in(err, "loading plugin");
+  long dlcloses = fiber_calls(err, "dlclose");
   print_message("named -n 4 under iofiber-run: %d/%d UDP batches of %d "
                 "answers, TCP %s, AXFR %zu records; %d OS thread(s); exit "
                 "%d on SIGTERM\n",
-                batches_ok, DNS_BATCHES, 2 * DNS_HOSTS, tcp_ok ? "ok" : "bad",
-                axfr, threads, exit_st);
-  assert_int_equal(batches_ok, DNS_BATCHES);
+                batches_ok[0], DNS_BATCHES, 2 * DNS_HOSTS,
+                tcp_ok ? "ok" : "bad", axfr, threads, exit_st);
+  print_message("named reloads: rndc reload %s (exit %d), SIGHUP %s; UDP "
+                "batches after them %d, %d/%d; filter-aaaa plugin %s, "
+                "loaded %zu times, AAAA answers right %d/3; %ld dlclose "
+                "calls\n",
+                rndc ? (reloaded[1] ? "done" : "not done") : "(no rndc)",
+                rndc_st, reloaded[2] ? "done" : "not done", batches_ok[1],
+                batches_ok[2], DNS_BATCHES, plugin ? "used" : "missing",
+                plugin_loads, aaaa_ok, dlcloses);
+  for (int i = 0; i < 3; i++) {
+    assert_true(reloaded[i]);
+    assert_int_equal(batches_ok[i], DNS_BATCHES);
+  }
   assert_true(tcp_ok);
   assert_int_equal(st2, 0);
-  assert_int_equal(axfr, 4 + 2 * DNS_HOSTS);
+  assert_int_equal(axfr, 5 + 2 * DNS_HOSTS);
+  assert_int_equal(aaaa_ok, 3);
+  if (rndc) {
+    assert_int_equal(rndc_st, 0);
+    assert_int_equal(by_rndc, 1);
+  }
+  assert_int_equal(by_hup, rndc ? 1 : 2);
+  if (plugin) {
+    assert_int_equal(plugin_loads, 3);
+    /* The two reloads unloaded it through the hook (and exit once more). */
+    assert_true(dlcloses >= 2);
+  }
   check_threads("named", threads);
   assert_int_equal(exit_st, 0);
 }
