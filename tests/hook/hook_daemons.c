@@ -31,7 +31,8 @@
  * - pdns_recursor --threads=2 (each query in an MTasker context, its own
  *   stack switch inside the thread) serving a zone of its own: the same
  *   batches and TCP;
- * - mosquitto: 2 subscribers receive every one of 2 x 500 QoS 1 messages;
+ * - mosquitto: 2 subscribers receive every one of 2 x 500 QoS 1 messages,
+ *   then 2 more, connected through a configuration reload (SIGHUP);
  * - python3 with pyzmq: libzmq's io threads (eventfd mailboxes, epoll),
  *   a ROUTER/DEALER broker thread, 4 worker threads and 20 REQ client
  *   threads, then PUSH/PULL fan-in from 5 threads;
@@ -1032,6 +1033,60 @@ static void test_pdns_recursor(void **state) {
 #define MQ_SUBS 2
 #define MQ_PUBS 2
 
+/* One round: MQ_SUBS subscribers (the round-th set to subscribe), then,
+ * if reload_pid > 0, a configuration reload of it (SIGHUP, with the
+ * subscribers connected), then MQ_PUBS publishers of MQ_MESSAGES QoS 1
+ * messages each. How many publishers finished and how many subscribers
+ * got every message, in ok[0] and ok[1]; whether the reload was logged. */
+static bool mq_round(const char *ps, const char *log, const char *lines,
+                     int round, pid_t reload_pid, int ok[2]) {
+  char want[16];
+  snprintf(want, sizeof want, "%d", MQ_PUBS * MQ_MESSAGES);
+  pid_t subs[MQ_SUBS];
+  char outs[MQ_SUBS][128];
+  for (int i = 0; i < MQ_SUBS; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "sub%d-%d.out", round, i);
+    tmp_path(outs[i], sizeof outs[i], name);
+    subs[i] = drv_spawn((const char *const[]){MOSQ_SUB, "-h", "127.0.0.1", "-p",
+                                              ps, "-t", "t/#", "-q", "1", "-C",
+                                              want, NULL},
+                        -1, outs[i], NULL);
+  }
+  /* The subscriptions are in place once the broker logged them. */
+  wait_text(log, "Received SUBSCRIBE", (size_t)(MQ_SUBS * round), 5);
+  bool reloaded = true;
+  if (reload_pid > 0) {
+    kill(reload_pid, SIGHUP);
+    reloaded = wait_text(log, "Reloading config.", 1, 5);
+  }
+  pid_t pubs[MQ_PUBS];
+  for (int i = 0; i < MQ_PUBS; i++) {
+    char topic[16];
+    snprintf(topic, sizeof topic, "t/%d", i);
+    int in = open(lines, O_RDONLY);
+    pubs[i] =
+        drv_spawn((const char *const[]){MOSQ_PUB, "-h", "127.0.0.1", "-p", ps,
+                                        "-t", topic, "-q", "1", "-l", NULL},
+                  in, NULL, NULL);
+    close(in);
+  }
+  ok[0] = ok[1] = 0;
+  for (int i = 0; i < MQ_PUBS; i++) ok[0] += drv_wait_exit(pubs[i], 20) == 0;
+  for (int i = 0; i < MQ_SUBS; i++) {
+    static char buf[MQ_PUBS * MQ_MESSAGES * 16 + 1];
+    int s = drv_wait_exit(subs[i], 20);
+    drv_slurp(outs[i], buf, sizeof buf);
+    if (s == 0 && count(buf, "message ") == MQ_PUBS * MQ_MESSAGES &&
+        count(buf, "message 499\n") == MQ_PUBS)
+      ok[1]++;
+  }
+  return reloaded;
+}
+
+/* mosquitto: a round of publishers and subscribers, then a second one
+ * whose subscribers stay connected through a configuration reload
+ * (SIGHUP). */
 static void test_mosquitto(void **state) {
   (void)state;
   if (!drv_installed(
@@ -1053,57 +1108,25 @@ static void test_mosquitto(void **state) {
   pid_t pid = start(
       (const char *const[]){IOF_RUN_PATH, MOSQUITTO, "-v", "-c", conf, NULL},
       port, err);
-  char ps[16], want[16];
+  char ps[16];
   snprintf(ps, sizeof ps, "%d", port);
-  snprintf(want, sizeof want, "%d", MQ_PUBS * MQ_MESSAGES);
-  pid_t subs[MQ_SUBS];
-  char outs[MQ_SUBS][128];
-  for (int i = 0; i < MQ_SUBS; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "sub%d.out", i);
-    tmp_path(outs[i], sizeof outs[i], name);
-    subs[i] = drv_spawn((const char *const[]){MOSQ_SUB, "-h", "127.0.0.1", "-p",
-                                              ps, "-t", "t/#", "-q", "1", "-C",
-                                              want, NULL},
-                        -1, outs[i], NULL);
-  }
-  /* The subscriptions are in place once the broker logged them. */
-  char log[65536];
-  for (int i = 0; i < 250; i++) {
-    drv_slurp(err, log, sizeof log);
-    if (count(log, "Received SUBSCRIBE") >= MQ_SUBS) break;
-    usleep(20000);
-  }
-  pid_t pubs[MQ_PUBS];
-  for (int i = 0; i < MQ_PUBS; i++) {
-    char topic[16];
-    snprintf(topic, sizeof topic, "t/%d", i);
-    int in = open(lines, O_RDONLY);
-    pubs[i] =
-        drv_spawn((const char *const[]){MOSQ_PUB, "-h", "127.0.0.1", "-p", ps,
-                                        "-t", topic, "-q", "1", "-l", NULL},
-                  in, NULL, NULL);
-    close(in);
-  }
-  int pubs_ok = 0, subs_ok = 0;
-  for (int i = 0; i < MQ_PUBS; i++) pubs_ok += drv_wait_exit(pubs[i], 20) == 0;
-  for (int i = 0; i < MQ_SUBS; i++) {
-    static char buf[MQ_PUBS * MQ_MESSAGES * 16 + 1];
-    int s = drv_wait_exit(subs[i], 20);
-    drv_slurp(outs[i], buf, sizeof buf);
-    if (s == 0 && count(buf, "message ") == MQ_PUBS * MQ_MESSAGES &&
-        count(buf, "message 499\n") == MQ_PUBS)
-      subs_ok++;
-  }
+  int ok[2][2];
+  mq_round(ps, err, lines, 1, 0, ok[0]);
+  bool reloaded = mq_round(ps, err, lines, 2, pid, ok[1]);
   int threads = drv_os_threads(pid);
   int exit_st = drv_stop(pid);
   print_message("mosquitto under iofiber-run: %d/%d publishers done, %d/%d "
-                "subscribers got all %d messages; %d OS thread(s); exit %d "
-                "on SIGTERM\n",
-                pubs_ok, MQ_PUBS, subs_ok, MQ_SUBS, MQ_PUBS * MQ_MESSAGES,
-                threads, exit_st);
-  assert_int_equal(pubs_ok, MQ_PUBS);
-  assert_int_equal(subs_ok, MQ_SUBS);
+                "subscribers got all %d messages; through a reload (SIGHUP, "
+                "%s): %d/%d publishers, %d/%d subscribers; %d OS thread(s); "
+                "exit %d on SIGTERM\n",
+                ok[0][0], MQ_PUBS, ok[0][1], MQ_SUBS, MQ_PUBS * MQ_MESSAGES,
+                reloaded ? "done" : "not done", ok[1][0], MQ_PUBS, ok[1][1],
+                MQ_SUBS, threads, exit_st);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(ok[r][0], MQ_PUBS);
+    assert_int_equal(ok[r][1], MQ_SUBS);
+  }
+  assert_true(reloaded);
   check_threads("mosquitto", threads);
   assert_int_equal(exit_st, 0);
 }
