@@ -427,9 +427,10 @@ static void test_haproxy(void **state) {
  * master's fiber and runs plain, see porting.md) through a reload
  * (SIGUSR2: the master execs itself, reads the configuration, forks a new
  * worker and execs itself once more to wait for its workers; the old
- * worker finishes). iofiber-run --follow-exec keeps the master's new
- * images on fibers. The old worker's exit status is not checked:
- * haproxy 2.6's sometimes crashes at that soft stop, plainly too. */
+ * worker finishes). The master execs itself to wait at start too:
+ * iofiber-run --follow-exec keeps its new images on fibers. The old worker's
+ * exit status is not checked: haproxy 2.6's sometimes crashes at that soft
+ * stop, plainly too. */
 static void test_haproxy_reload(void **state) {
   (void)state;
   if (!drv_installed((const char *const[]){HAPROXY, AB, NULL})) skip();
