@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <link.h>
 #include <iofiber/compat_io.h>
 #include <iofiber/fls.h>
@@ -841,34 +842,50 @@ void *iof_compat_tls_get_addr(void *ti, void *(*real)(void *)) {
   return iof__tls_dyn_addr(ti, real);
 }
 
-/* Whether h is the handle (glibc: the link_map) of a loaded module, found
- * under the loader's lock without reading *h. */
+/* Whether h is the handle (glibc: the link_map) of a loaded module, in
+ * any namespace: the loader's lists (r_debug, through the executable's
+ * DT_DEBUG; each namespace's with r_version 2), walked under its lock (a
+ * dl_iterate_phdr callback) without reading *h. `known`: the lists were
+ * found, and all of them (else the handle cannot be judged). */
 typedef struct handle_find {
   const void *h;
-  bool found;
+  bool v1_complete; /* glibc 2.35 or later */
+  bool found, known;
 } handle_find;
+
+static bool glibc_at_least(int major, int minor) {
+  int ma = 0, mi = 0;
+  if (sscanf(gnu_get_libc_version(), "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
 
 static int find_handle(struct dl_phdr_info *info, size_t size, void *p) {
   (void)size;
   handle_find *f = p;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    if (info->dlpi_phdr[i].p_type != PT_LOAD) continue;
-    Dl_info di;
-    struct link_map *lm = NULL;
-    void *at = (void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    if (dladdr1(at, &di, (void **)&lm, RTLD_DL_LINKMAP) && lm == f->h) {
-      f->found = true;
-      return 1;
-    }
-    return 0;
-  }
-  return 0;
+  const ElfW(Dyn) *dyn = NULL; /* the first module is the executable */
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+      dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  const struct r_debug_extended *d = NULL;
+  for (; dyn && dyn->d_tag != DT_NULL; dyn++)
+    if (dyn->d_tag == DT_DEBUG)
+      d = (const struct r_debug_extended *)dyn->d_un.d_ptr;
+  /* From glibc 2.35 the first list says r_version 2 once a second
+   * namespace exists; before, other namespaces are not listed there. */
+  f->known = d && (d->base.r_version >= 2 || f->v1_complete);
+  for (; d; d = d->base.r_version >= 2 ? d->r_next : NULL)
+    for (const struct link_map *l = d->base.r_map; l; l = l->l_next)
+      if ((const void *)l == f->h) {
+        f->found = true;
+        return 1;
+      }
+  return 1; /* the executable's entry is enough */
 }
 
 int iof_compat_dlclose(void *handle) {
-  handle_find f = {handle, false};
+  handle_find f = {handle, glibc_at_least(2, 35), false, false};
   if (handle) dl_iterate_phdr(find_handle, &f);
-  if (!f.found) { /* glibc's would dereference it */
+  if (!handle || (f.known && !f.found)) { /* glibc's would dereference it */
     errno = EINVAL;
     return -1;
   }
