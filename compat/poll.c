@@ -46,30 +46,32 @@ static int64_t deadline_ts(const struct timespec *ts) {
   return now + (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
 
-/* Adds fd for ev to the set; a second entry for the same fd widens the
- * first. Files (EPERM) are ready at once, so the check saw them. */
-static int ep_add(int ep, int fd, uint32_t ev) {
+/* epoll_ctl op (ADD or MOD) of fd for ev on the set: 0 or -errno. Files
+ * (EPERM) are ready at once, so the check saw them; a number closed
+ * meanwhile (EBADF) is the check's to report. */
+static int ep_ctl(int ep, int op, int fd, uint32_t ev) {
   struct epoll_event e;
   memset(&e, 0, sizeof e);
   e.events = ev;
   e.data.fd = fd;
-  if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e) == 0) return 0;
+  if (epoll_ctl(ep, op, fd, &e) == 0) return 0;
   if (errno == EPERM || errno == EBADF) return 0;
   return -errno;
 }
 
-/* Widening by MOD needs the old mask: recompute it from the poll array. */
+static int ep_add(int ep, int fd, uint32_t ev) {
+  return ep_ctl(ep, EPOLL_CTL_ADD, fd, ev);
+}
+
+/* Adds a poll entry; a second entry for the same fd widens the first,
+ * which needs the old mask: recomputed from the poll array. */
 static int ep_add_poll(int ep, const struct pollfd *fds, nfds_t i) {
   uint32_t ev = (uint16_t)fds[i].events;
   int r = ep_add(ep, fds[i].fd, ev);
   if (r != -EEXIST) return r;
   for (nfds_t j = 0; j < i; j++)
     if (fds[j].fd == fds[i].fd) ev |= (uint16_t)fds[j].events;
-  struct epoll_event e;
-  memset(&e, 0, sizeof e);
-  e.events = ev;
-  e.data.fd = fds[i].fd;
-  return epoll_ctl(ep, EPOLL_CTL_MOD, fds[i].fd, &e) == 0 ? 0 : -errno;
+  return ep_ctl(ep, EPOLL_CTL_MOD, fds[i].fd, ev);
 }
 
 /* The wait between two checks: 0 (check again), -ETIMEDOUT, or -errno
@@ -216,16 +218,6 @@ static uint32_t pc_union(const struct iof__poll_cache *pc, size_t m, size_t k) {
   return ev;
 }
 
-static int pc_set(int ep, int op, int fd, uint32_t ev) {
-  struct epoll_event e;
-  memset(&e, 0, sizeof e);
-  e.events = ev;
-  e.data.fd = fd;
-  if (epoll_ctl(ep, op, fd, &e) == 0) return 0;
-  if (errno == EPERM || errno == EBADF) return 0; /* see ep_add */
-  return -errno;
-}
-
 /* The kept set made to hold want[0..m): the epoll fd to wait on, or -1
  * (the set could not be made: the caller's fallback). */
 static int pc_sync(struct iof__poll_cache *pc, size_t m) {
@@ -236,9 +228,9 @@ static int pc_sync(struct iof__poll_cache *pc, size_t m) {
   if (same) {
     for (size_t k = 0; k < m; k++) {
       if (pc->have[k].ev == pc->want[k].ev) continue;
-      int r = pc_set(pc->ep, EPOLL_CTL_MOD, pc->want[k].fd, pc_union(pc, m, k));
+      int r = ep_ctl(pc->ep, EPOLL_CTL_MOD, pc->want[k].fd, pc_union(pc, m, k));
       if (r == -ENOENT) /* an fd that was not in the set (a file) */
-        r = pc_set(pc->ep, EPOLL_CTL_ADD, pc->want[k].fd, pc_union(pc, m, k));
+        r = ep_ctl(pc->ep, EPOLL_CTL_ADD, pc->want[k].fd, pc_union(pc, m, k));
       if (r < 0) {
         same = false;
         break;
@@ -255,9 +247,9 @@ static int pc_sync(struct iof__poll_cache *pc, size_t m) {
   ep = iof__rt_fd_adopt(ep);
   iof__rt_fd_forget(ep);
   for (size_t k = 0; k < m; k++) {
-    int r = pc_set(ep, EPOLL_CTL_ADD, pc->want[k].fd, pc->want[k].ev);
+    int r = ep_ctl(ep, EPOLL_CTL_ADD, pc->want[k].fd, pc->want[k].ev);
     if (r == -EEXIST)
-      r = pc_set(ep, EPOLL_CTL_MOD, pc->want[k].fd, pc_union(pc, k + 1, k));
+      r = ep_ctl(ep, EPOLL_CTL_MOD, pc->want[k].fd, pc_union(pc, k + 1, k));
     if (r < 0) {
       ep_close(ep);
       return -1;

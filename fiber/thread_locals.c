@@ -434,9 +434,17 @@ static int find_module(struct dl_phdr_info *info, size_t size, void *p) {
   return 1;
 }
 
-static int classify(unsigned long id) {
+static void dyn_lock(void) {
   while (atomic_flag_test_and_set_explicit(&dyn_lk, memory_order_acquire)) {
   }
+}
+
+static void dyn_unlock(void) {
+  atomic_flag_clear_explicit(&dyn_lk, memory_order_release);
+}
+
+static int classify(unsigned long id) {
+  dyn_lock();
   int k = atomic_load_explicit(&D[id].kind, memory_order_relaxed);
   if (k == DYN_UNKNOWN) {
     dyn_find f = {id, DYN_PER_OS_THREAD};
@@ -444,7 +452,7 @@ static int classify(unsigned long id) {
     k = f.kind;
     atomic_store_explicit(&D[id].kind, (unsigned char)k, memory_order_release);
   }
-  atomic_flag_clear_explicit(&dyn_lk, memory_order_release);
+  dyn_unlock();
   return k;
 }
 
@@ -485,8 +493,7 @@ static int mark_live(struct dl_phdr_info *info, size_t size, void *p) {
 void iof__tls_modules_closed(void) {
   dyn_live *l = calloc(1, sizeof *l);
   if (!l) return; /* blocks stay as they are: as before the dlclose */
-  while (atomic_flag_test_and_set_explicit(&dyn_lk, memory_order_acquire)) {
-  }
+  dyn_lock();
   dl_iterate_phdr(mark_live, l);
   for (size_t id = 1; id < DYN_MODS; id++) {
     if (l->live[id] || D[id].at_start ||
@@ -497,7 +504,7 @@ void iof__tls_modules_closed(void) {
     atomic_fetch_add_explicit(&D[id].gen, 1, memory_order_relaxed);
     atomic_store_explicit(&D[id].kind, DYN_UNKNOWN, memory_order_release);
   }
-  atomic_flag_clear_explicit(&dyn_lk, memory_order_release);
+  dyn_unlock();
   free(l);
 }
 
