@@ -114,6 +114,29 @@ bool drv_write_file(const char *path, const void *data, size_t n, mode_t mode) {
   return ok;
 }
 
+bool drv_make_site(const char *root, const char *post, size_t file_bytes,
+                   size_t post_bytes) {
+  char path[512];
+  size_t n = file_bytes > post_bytes ? file_bytes : post_bytes;
+  unsigned char *data = malloc(n ? n : 1);
+  if (!data) return false;
+  for (size_t i = 0; i < n; i++) data[i] = (unsigned char)(i * 13 + i / 253);
+  /* Echoes the query and counts the body it reads from stdin. */
+  static const char script[] =
+      "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n"
+      "echo \"q=$QUERY_STRING\"\nhead -c \"$CONTENT_LENGTH\" | wc -c\n";
+  bool ok = mkdir(root, 0755) == 0;
+  snprintf(path, sizeof path, "%s/cgi", root);
+  ok = ok && mkdir(path, 0755) == 0;
+  snprintf(path, sizeof path, "%s/file.bin", root);
+  ok = ok && drv_write_file(path, data, file_bytes, 0644);
+  snprintf(path, sizeof path, "%s/cgi/count.cgi", root);
+  ok = ok && drv_write_file(path, script, sizeof script - 1, 0755);
+  ok = ok && drv_write_file(post, data, post_bytes, 0644);
+  free(data);
+  return ok;
+}
+
 int drv_run(const char *const *argv, const char *out, int seconds) {
   pid_t pid = drv_spawn(argv, -1, out, NULL);
   return pid < 0 ? -1 : drv_wait_exit(pid, seconds);

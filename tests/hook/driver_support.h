@@ -43,6 +43,13 @@ bool drv_installed(const char *const *paths);
  * if that fails. */
 bool drv_write_file(const char *path, const void *data, size_t n, mode_t mode);
 
+/* A web server's document root: the directory root with file.bin
+ * (file_bytes of a fixed pattern) and cgi/count.cgi (echoes the query,
+ * counts the posted body), and post (post_bytes of the same pattern) to
+ * post to it. False if a step fails. */
+bool drv_make_site(const char *root, const char *post, size_t file_bytes,
+                   size_t post_bytes);
+
 /* Runs argv to its end (at most `seconds`), its stdout to `out`; its exit
  * status, or -1. */
 int drv_run(const char *const *argv, const char *out, int seconds);

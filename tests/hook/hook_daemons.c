@@ -208,28 +208,13 @@ static ab_result ab(const char *url, ...) {
   return r;
 }
 
-static unsigned char data[FILE_BYTES > POST_BYTES ? FILE_BYTES : POST_BYTES];
-
 /* A document root (tmpdir/name) with file.bin (FILE_BYTES) and
  * cgi/count.cgi, and post.bin (POST_BYTES) to post to it. */
 static void make_site(const char *name, char *root, size_t cap) {
-  char path[256];
+  char post[256];
   tmp_path(root, cap, name);
-  assert_int_equal(mkdir(root, 0755), 0);
-  snprintf(path, sizeof path, "%s/cgi", root);
-  assert_int_equal(mkdir(path, 0755), 0);
-  for (size_t i = 0; i < sizeof data; i++)
-    data[i] = (unsigned char)(i * 13 + i / 253);
-  snprintf(path, sizeof path, "%s/file.bin", root);
-  assert_true(drv_write_file(path, data, FILE_BYTES, 0644));
-  /* Echoes the query and counts the body it reads from stdin. */
-  static const char script[] =
-      "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n"
-      "echo \"q=$QUERY_STRING\"\nhead -c \"$CONTENT_LENGTH\" | wc -c\n";
-  snprintf(path, sizeof path, "%s/cgi/count.cgi", root);
-  assert_true(drv_write_file(path, script, sizeof script - 1, 0755));
-  tmp_path(path, sizeof path, "post.bin");
-  assert_true(drv_write_file(path, data, POST_BYTES, 0644));
+  tmp_path(post, sizeof post, "post.bin");
+  assert_true(drv_make_site(root, post, FILE_BYTES, POST_BYTES));
 }
 
 static void check_run(ab_result r, long n, bool keep_alive, long length) {
@@ -381,6 +366,7 @@ static int haproxy_conf(char *conf, size_t cap, const char *name) {
   char small[128];
   /* What haproxy returns itself must fit in one of its buffers. */
   tmp_path(small, sizeof small, "small.bin");
+  static unsigned char data[HAPROXY_BYTES];
   for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 7);
   assert_true(drv_write_file(small, data, HAPROXY_BYTES, 0644));
   int port = drv_free_port(), back = drv_free_port();

@@ -148,24 +148,11 @@ static void test_memcached(void **state) {
 static void test_civetweb(void **state) {
   (void)state;
   if (!drv_installed((const char *const[]){CIVETWEB, AB, SH, NULL})) skip();
-  char root[128], cgi_dir[160], path[192], body[128], err[128], out[128];
+  char root[128], cgi_dir[160], body[128], err[128], out[128];
   tmp_path(root, sizeof root, "www");
-  assert_int_equal(mkdir(root, 0755), 0);
   snprintf(cgi_dir, sizeof cgi_dir, "%s/cgi", root);
-  assert_int_equal(mkdir(cgi_dir, 0755), 0);
-  static unsigned char data[FILE_BYTES > POST_BYTES ? FILE_BYTES : POST_BYTES];
-  for (size_t i = 0; i < sizeof data; i++)
-    data[i] = (unsigned char)(i * 13 + i / 253);
-  snprintf(path, sizeof path, "%s/file.bin", root);
-  assert_true(drv_write_file(path, data, FILE_BYTES, 0644));
-  /* Echoes the query and counts the body it reads from stdin. */
-  static const char script[] =
-      "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n"
-      "echo \"q=$QUERY_STRING\"\nhead -c \"$CONTENT_LENGTH\" | wc -c\n";
-  snprintf(path, sizeof path, "%s/count.cgi", cgi_dir);
-  assert_true(drv_write_file(path, script, sizeof script - 1, 0755));
   tmp_path(body, sizeof body, "post.bin");
-  assert_true(drv_write_file(body, data, POST_BYTES, 0644));
+  assert_true(drv_make_site(root, body, FILE_BYTES, POST_BYTES));
   tmp_path(err, sizeof err, "civetweb.err");
   tmp_path(out, sizeof out, "ab.out");
 
